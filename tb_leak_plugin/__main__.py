@@ -1,0 +1,7 @@
+"""``python -m tb_leak_plugin analyze LOGDIR``: same as the ``tb-leak`` command."""
+
+import sys
+
+from tb_leak_plugin.cli import main
+
+sys.exit(main())

@@ -1,0 +1,164 @@
+"""What a culprit usually means in TensorFlow, and the usual fix.
+
+Pure lookups: a culprit (kind + name) -> a hint class and its text. Kept in
+one table so the CLI, JSON and the Leak tab say the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class Hint:
+    """A short explanation of a leak pattern and its usual fix."""
+
+    key: str
+    title: str
+    text: str
+    fix: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+HINTS = {
+    "tensors_kept": Hint(
+        "tensors_kept",
+        "Tensors kept alive from Python",
+        "Live eager tensors (or the allocator memory behind them) grow with the step count: a Python "
+        "list, dict or attribute keeps every step's output or loss, e.g. `losses.append(loss)`.",
+        "Keep plain numbers (`float(loss)` or `loss.numpy()`), aggregate with `tf.keras.metrics.Mean`, "
+        "or keep a bounded window (`collections.deque(maxlen=...)`).",
+    ),
+    "arrays_kept": Hint(
+        "arrays_kept",
+        "numpy arrays accumulating",
+        "Live numpy arrays grow with the step count: a container keeps each step's batch, prediction "
+        "or gradient as an array.",
+        "Keep summaries (means, counts) instead of arrays, write them out and drop them, or bound the "
+        "container.",
+    ),
+    "retracing": Hint(
+        "retracing",
+        "tf.function retraced again and again",
+        "Each call with a new Python scalar, a new shape or a new Python object creates another "
+        "concrete function (a new graph) that stays in memory.",
+        "Pass tensors instead of Python numbers (`tf.constant(lr)`), fix shapes with "
+        "`input_signature=[tf.TensorSpec(...)]` or `reduce_retracing=True`, and define the tf.function "
+        "once, outside the loop.",
+    ),
+    "function_per_step": Hint(
+        "function_per_step",
+        "tf.function objects created inside the loop",
+        "New tf.function objects are created and kept alive every step; each holds its traced graphs.",
+        "Decorate the function once at module or object level and call that one object every step.",
+    ),
+    "keras_objects": Hint(
+        "keras_objects",
+        "Keras models or layers created in the loop",
+        "Models, layers or their variables accumulate: a model or layer is built inside the loop, and "
+        "Keras' global state (names, graph) keeps every one alive.",
+        "Build the model once outside the loop; for throwaway models call "
+        "`tf.keras.backend.clear_session()` after each.",
+    ),
+    "data_pipeline": Hint(
+        "data_pipeline",
+        "tf.data pipeline rebuilt inside the loop",
+        "tf.data datasets or iterators accumulate: a pipeline (or `iter(dataset)`) is rebuilt every "
+        "step, each with its own buffers and threads.",
+        "Build the dataset and its iterator once, before the loop, and draw batches with `next(it)` "
+        "or a `for` loop over the dataset.",
+    ),
+    "python_container": Hint(
+        "python_container",
+        "An unbounded Python container",
+        "Plain Python objects (dicts, lists, tuples, strings) grow with the step count: a cache or "
+        "history keyed by step that is never trimmed.",
+        "Bound it (`functools.lru_cache(maxsize=...)`, `collections.deque(maxlen=...)`) or clear it "
+        "at the end of each epoch.",
+    ),
+    "objects_generic": Hint(
+        "objects_generic",
+        "Objects of one type accumulate",
+        "Instances of a type grow with the step count: something keeps a reference to each one.",
+        "Find the holder with `gc.get_referrers(obj)` on a recent instance (or objgraph's "
+        "`show_backrefs`) and drop or bound that reference.",
+    ),
+    "op_retains": Hint(
+        "op_retains",
+        "An op's outputs are never freed",
+        "In the profiler trace this op allocates memory in most steps that is still held when the "
+        "trace ends: its outputs are kept alive, usually by a Python reference, a growing "
+        "`tf.Variable`/`TensorArray`, or a collection of per-step results.",
+        "Find where the op's result is stored (its name and shape point at the line) and keep a "
+        "number or a bounded window instead.",
+    ),
+    "allocator_only": Hint(
+        "allocator_only",
+        "TensorFlow memory grows while Python objects do not",
+        "The TensorFlow allocator's bytes in use grow but no Python-side type does: tensors are held "
+        "inside TensorFlow (a growing variable or TensorArray, a tf.data buffer, constants of "
+        "retained graphs).",
+        "Record a profiler window (`Monitor(..., profile_steps=(a, b))`) to see which op's memory is "
+        "retained.",
+    ),
+    "native_memory": Hint(
+        "native_memory",
+        "Process memory grows outside the Python heap and TensorFlow's allocators",
+        "RSS grows while neither the Python heap nor TensorFlow's allocators do: native memory of a "
+        "C extension, or fragmentation of the C allocator.",
+        "Try jemalloc or tcmalloc via `LD_PRELOAD`, check native libraries (data loaders, image "
+        "codecs) for buffers they keep, and widen the view with the profiler.",
+    ),
+    "uncollectable": Hint(
+        "uncollectable",
+        "Uncollectable reference cycles",
+        "The garbage collector finds cycles it cannot free (objects left in `gc.garbage`).",
+        "Break the cycles (weak references, explicit `close()`), and inspect `gc.garbage` with "
+        "`gc.set_debug(gc.DEBUG_SAVEALL)`.",
+    ),
+}
+
+_KERAS = re.compile(r"^(keras|tf_keras|tensorflow\.python\.keras)\.|\bKerasVariable\b|\b(Sequential|Functional)\b")
+_DATA = re.compile(r"^tensorflow\.python\.data\.|Dataset(V[12])?\b|\bOwnedIterator\b|Iterator(V2)?$")
+_FUNCTION = re.compile(r"polymorphic_function\.Function$|ConcreteFunction$|AtomicFunction$")
+_EAGER = re.compile(r"EagerTensor$|\bResourceVariable$")
+_CONTAINERS = {
+    "builtins.dict", "builtins.list", "builtins.tuple", "builtins.str", "builtins.set",
+    "builtins.bytes", "builtins.float", "builtins.int", "collections.OrderedDict",
+    "collections.deque", "builtins.cell",
+}
+
+
+def hint_for_type(type_name: str) -> Hint:
+    """The hint for a growing live-object type, by its qualified name."""
+    if _EAGER.search(type_name):
+        return HINTS["tensors_kept"]
+    if type_name.startswith("numpy."):
+        return HINTS["arrays_kept"]
+    if _FUNCTION.search(type_name):
+        return HINTS["function_per_step"]
+    if _KERAS.search(type_name):
+        return HINTS["keras_objects"]
+    if _DATA.search(type_name):
+        return HINTS["data_pipeline"]
+    if type_name in _CONTAINERS:
+        return HINTS["python_container"]
+    return HINTS["objects_generic"]
+
+
+def hint_for_series(tag_group: str, measure: str) -> Hint | None:
+    """The hint for a leaking series that is itself the clue (tensors, traces)."""
+    if tag_group == "tensors" and measure.startswith("eager"):
+        return HINTS["tensors_kept"]
+    if tag_group == "tensors" and measure.startswith("numpy"):
+        return HINTS["arrays_kept"]
+    if tag_group == "tf_function" and measure == "traces":
+        return HINTS["retracing"]
+    if tag_group == "tf_function" and measure == "instances":
+        return HINTS["function_per_step"]
+    if tag_group == "gc" and measure in ("uncollectable", "garbage"):
+        return HINTS["uncollectable"]
+    return None

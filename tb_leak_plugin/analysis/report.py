@@ -1,0 +1,369 @@
+"""A run -> one report: verdict, evidence per series, ranked culprits, hints.
+
+The CLI (text, JSON, markdown) and every route of the Leak tab are views of
+the :class:`RunReport` built here; nothing else decides a verdict.
+Pure: takes series already read (``RunData``) and, optionally, a profiler
+trace report; does no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tb_leak_plugin.analysis import census, hints as hints_lib
+from tb_leak_plugin.analysis.trend import TrendResult, assess_series
+from tb_leak_plugin.data import RunData, Series
+
+# How a series takes part in the verdict.
+ROLE_MEMORY = "memory"      # bytes of process, heap, allocator: the verdict itself
+ROLE_TENSORS = "tensors"    # live tensors and arrays: evidence and clue
+ROLE_OBJECTS = "objects"    # live objects by type: culprits (tested together)
+ROLE_TRACES = "traces"      # tf.function traces and instances: retracing
+ROLE_GC = "gc"              # uncollectable cycles
+ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counters
+
+VERDICT_ORDER = {"leak": 0, "inconclusive": 1, "no_leak": 2}
+
+
+def series_role(series: Series) -> str:
+    """The part a series plays in the run's verdict (one of the ROLE_* names)."""
+    info = series.info
+    if info.group == "process":
+        return ROLE_MEMORY if info.measure in ("rss_bytes", "uss_bytes") else ROLE_CONTEXT
+    if info.group == "python":
+        return ROLE_MEMORY
+    if info.group == "tf":
+        return ROLE_MEMORY if info.measure == "bytes_in_use" else ROLE_CONTEXT
+    if info.group == "tensors":
+        return ROLE_TENSORS
+    if info.group == "objects":
+        return ROLE_OBJECTS
+    if info.group == "tf_function":
+        return ROLE_TRACES
+    if info.group == "gc":
+        if info.measure == "tracked_objects":
+            return ROLE_OBJECTS
+        if info.measure in ("uncollectable", "garbage"):
+            return ROLE_GC
+    return ROLE_CONTEXT
+
+
+@dataclasses.dataclass
+class SeriesReport:
+    """One series' verdict and evidence (``trend`` is None for context series)."""
+
+    tag: str
+    group: str
+    measure: str
+    subject: str
+    unit: str
+    role: str
+    samples: int
+    first_step: int | None
+    last_step: int | None
+    last_value: float | None
+    trend: TrendResult | None
+
+    @property
+    def verdict(self) -> str:
+        return self.trend.verdict if self.trend is not None else "not_assessed"
+
+    def to_dict(self) -> dict:
+        trend = self.trend.to_dict() if self.trend is not None else {}
+        out = {
+            "tag": self.tag,
+            "group": self.group,
+            "measure": self.measure,
+            "subject": self.subject,
+            "unit": self.unit,
+            "role": self.role,
+            "verdict": self.verdict,
+            "samples": self.samples,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "last_value": _finite_or_none(self.last_value),
+        }
+        for key, value in trend.items():
+            out.setdefault(key, value)
+        out["verdict"] = self.verdict
+        return out
+
+
+@dataclasses.dataclass
+class Culprit:
+    """Something that grows, ranked by how sure and how big.
+
+    ``kind`` is one of ``object_type``, ``tensors``, ``retracing``,
+    ``series``, ``op``, ``gc``; ``growth_per_step`` is in ``unit`` per step.
+    """
+
+    kind: str
+    name: str
+    growth_per_step: float | None
+    unit: str
+    evidence: str
+    confidence: float
+    hint: str | None = None
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "growth_per_step": _finite_or_none(self.growth_per_step),
+            "unit": self.unit,
+            "evidence": self.evidence,
+            "confidence": round(float(self.confidence), 4),
+            "hint": self.hint,
+            "details": self.details,
+        }
+
+
+@dataclasses.dataclass
+class RunReport:
+    """Everything tb-leak concludes about one run."""
+
+    run: str
+    verdict: str
+    confidence: float
+    reason: str
+    growth_bytes_per_step: float | None
+    growth_bytes_per_hour: float | None
+    primary_tag: str | None
+    samples: int
+    series: list[SeriesReport]
+    culprits: list[Culprit]
+    hints: list[hints_lib.Hint]
+    warnings: list[str]
+    traces: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "run": self.run,
+            "verdict": self.verdict,
+            "confidence": round(float(self.confidence), 4),
+            "reason": self.reason,
+            "growth_bytes_per_step": _finite_or_none(self.growth_bytes_per_step),
+            "growth_bytes_per_hour": _finite_or_none(self.growth_bytes_per_hour),
+            "primary_tag": self.primary_tag,
+            "samples": self.samples,
+            "series": [s.to_dict() for s in self.series],
+            "culprits": [c.to_dict() for c in self.culprits],
+            "hints": [h.to_dict() for h in self.hints],
+            "warnings": list(self.warnings),
+            "traces": self.traces,
+        }
+
+
+def _finite_or_none(value):
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def assess(series: Series, available_bytes: float | None = None) -> SeriesReport:
+    """Assess one series (context series are described, not judged)."""
+    role = series_role(series)
+    values = series.values
+    finite = np.isfinite(values)
+    last_value = float(values[finite][-1]) if finite.any() else None
+    trend = None
+    if role != ROLE_CONTEXT:
+        trend = assess_series(
+            series.steps,
+            series.values,
+            series.wall_times,
+            unit=series.info.unit,
+            available_bytes=available_bytes if series.info.unit == "bytes" else None,
+        )
+    return SeriesReport(
+        tag=series.tag,
+        group=series.info.group,
+        measure=series.info.measure,
+        subject=series.info.subject,
+        unit=series.info.unit,
+        role=role,
+        samples=len(series),
+        first_step=int(series.steps[0]) if len(series) else None,
+        last_step=int(series.steps[-1]) if len(series) else None,
+        last_value=last_value,
+        trend=trend,
+    )
+
+
+def _available_bytes(run: RunData) -> float | None:
+    series = run.series.get("leak/process/available_bytes")
+    if series is None or not len(series):
+        return None
+    finite = series.values[np.isfinite(series.values)]
+    return float(finite[-1]) if finite.size else None
+
+
+def build_run_report(run: RunData, trace_report=None) -> RunReport:
+    """Build the report of one run from its series and optional trace report.
+
+    ``trace_report`` is a ``tb_leak_plugin.traces.RunTraceReport`` (or None).
+    """
+    available = _available_bytes(run)
+    reports = [assess(series, available) for series in run.series.values()]
+    by_role: dict[str, list[SeriesReport]] = {}
+    for report in reports:
+        by_role.setdefault(report.role, []).append(report)
+
+    culprits: list[Culprit] = []
+    culprits += census.object_culprits(by_role.get(ROLE_OBJECTS, []))
+    culprits += _tensor_culprits(by_role.get(ROLE_TENSORS, []))
+    culprits += _trace_count_culprits(by_role.get(ROLE_TRACES, []))
+    culprits += _gc_culprits(by_role.get(ROLE_GC, []))
+    culprits += _memory_culprits(by_role.get(ROLE_MEMORY, []), culprits)
+    traces_dict = None
+    if trace_report is not None:
+        culprits += _op_culprits(trace_report)
+        traces_dict = trace_report.to_dict()
+    culprits.sort(key=_culprit_rank)
+
+    verdict, confidence, reason = _run_verdict(by_role, culprits)
+    primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
+    hints = []
+    seen = set()
+    for culprit in culprits:
+        if culprit.hint and culprit.hint not in seen:
+            seen.add(culprit.hint)
+            hints.append(hints_lib.HINTS[culprit.hint])
+    reports.sort(key=lambda r: (_ROLE_ORDER.get(r.role, 9), VERDICT_ORDER.get(r.verdict, 3), r.tag))
+    return RunReport(
+        run=run.name,
+        verdict=verdict,
+        confidence=confidence,
+        reason=reason,
+        growth_bytes_per_step=primary.trend.slope_per_step if primary is not None else None,
+        growth_bytes_per_hour=primary.trend.slope_per_hour if primary is not None else None,
+        primary_tag=primary.tag if primary is not None else None,
+        samples=max((r.samples for r in reports), default=0),
+        series=reports,
+        culprits=culprits,
+        hints=hints,
+        warnings=list(run.warnings),
+        traces=traces_dict,
+    )
+
+
+_ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_GC: 4, ROLE_CONTEXT: 5}
+_KIND_ORDER = {"op": 0, "retracing": 1, "object_type": 2, "tensors": 3, "series": 4, "gc": 5}
+
+
+def _culprit_rank(culprit: Culprit):
+    return (-round(culprit.confidence, 2), _KIND_ORDER.get(culprit.kind, 9), culprit.name)
+
+
+def _leaks(reports):
+    return [r for r in reports if r.trend is not None and r.trend.verdict == "leak"]
+
+
+def _tensor_culprits(reports) -> list[Culprit]:
+    out = []
+    for report in _leaks(reports):
+        hint = hints_lib.hint_for_series(report.group, report.measure)
+        out.append(Culprit(
+            kind="tensors", name=report.tag, growth_per_step=report.trend.slope_per_step, unit=report.unit,
+            evidence=report.trend.reason, confidence=report.trend.confidence,
+            hint=hint.key if hint else None,
+        ))
+    return out
+
+
+def _trace_count_culprits(reports) -> list[Culprit]:
+    out = []
+    for report in _leaks(reports):
+        hint = hints_lib.hint_for_series(report.group, report.measure)
+        what = "traces" if report.measure == "traces" else "live instances"
+        out.append(Culprit(
+            kind="retracing", name=report.subject or report.tag, growth_per_step=report.trend.slope_per_step,
+            unit=report.unit, evidence=f"tf.function {report.subject!r}: {what} keep growing; {report.trend.reason}",
+            confidence=report.trend.confidence, hint=hint.key if hint else None,
+            details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
+        ))
+    return out
+
+
+def _gc_culprits(reports) -> list[Culprit]:
+    return [
+        Culprit(kind="gc", name=r.tag, growth_per_step=r.trend.slope_per_step, unit=r.unit,
+                evidence=r.trend.reason, confidence=r.trend.confidence, hint="uncollectable")
+        for r in _leaks(reports)
+    ]
+
+
+def _memory_culprits(reports, others) -> list[Culprit]:
+    leaking = {(r.group, r.measure): r for r in _leaks(reports)}
+    explained = any(c.kind in ("object_type", "tensors", "retracing") for c in others)
+    out = []
+    for report in _leaks(reports):
+        hint = None
+        if report.group == "tf" and not explained and ("python", "allocated_blocks") not in leaking:
+            hint = "allocator_only"
+        elif (report.group == "process" and not explained
+              and not any(g in ("tf", "python") for g, _m in leaking)):
+            hint = "native_memory"
+        out.append(Culprit(
+            kind="series", name=report.tag, growth_per_step=report.trend.slope_per_step, unit=report.unit,
+            evidence=report.trend.reason, confidence=report.trend.confidence * 0.9, hint=hint,
+        ))
+    return out
+
+
+def _op_culprits(trace_report) -> list[Culprit]:
+    out = []
+    for op in trace_report.suspicious_ops():
+        out.append(Culprit(
+            kind="op", name=op.op, growth_per_step=float(op.retained_bytes_per_step), unit="bytes",
+            evidence=op.reason, confidence=min(1.0, 0.5 + 0.5 * op.steps_retained / max(op.steps_total, 1)),
+            hint="op_retains", details=op.to_dict(),
+        ))
+    return out
+
+
+def _run_verdict(by_role, culprits) -> tuple[str, float, str]:
+    # Leak evidence: any judged memory series that leaks, or a culprit found
+    # by a test that already controls false alarms (object types go through
+    # Benjamini-Hochberg in census.object_culprits).
+    evidence = [c for c in culprits if c.kind != "op"]
+    memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
+    if evidence:
+        top = max(evidence, key=lambda c: c.confidence)
+        return "leak", float(top.confidence), f"{_describe(top)}: {top.evidence}"
+    judged = memory or [r for role in (ROLE_TENSORS, ROLE_OBJECTS) for r in by_role.get(role, [])
+                        if r.trend is not None]
+    if not judged:
+        return "inconclusive", 0.0, "no tb-leak memory series in this run"
+    undecided = [r for r in judged if r.trend.verdict == "inconclusive"]
+    if undecided:
+        worst = min(undecided, key=lambda r: r.trend.confidence)
+        return ("inconclusive", float(1.0 - max(r.trend.confidence for r in undecided)) * 0.5,
+                f"{worst.tag}: {worst.trend.reason}")
+    confidence = min(r.trend.confidence for r in judged)
+    return "no_leak", float(confidence), f"no growth in {len(judged)} memory series"
+
+
+def _describe(culprit: Culprit) -> str:
+    names = {"object_type": "objects of type", "tensors": "live tensors", "retracing": "tf.function",
+             "series": "series", "gc": "gc", "op": "op"}
+    return f"{names.get(culprit.kind, culprit.kind)} {culprit.name}"
+
+
+def _primary_memory_series(memory, verdict) -> SeriesReport | None:
+    judged = [r for r in memory if r.trend is not None and r.unit == "bytes"]
+    if not judged:
+        return None
+    leaking = [r for r in judged if r.trend.verdict == "leak"]
+    if leaking:
+        return max(leaking, key=lambda r: r.trend.slope_ci[0] if r.trend.slope_ci else r.trend.slope_per_step)
+    for preferred in ("rss_bytes", "bytes_in_use", "uss_bytes", "tracemalloc_bytes"):
+        for report in judged:
+            if report.measure == preferred:
+                return report
+    return judged[0]

@@ -1,0 +1,201 @@
+"""``tb-leak analyze LOGDIR``: leak verdicts for saved logdirs, for people and CI.
+
+Exit status: 0 on success; 1 with ``--fail-on-leak`` when a run leaks;
+2 for bad usage or an unreadable logdir. Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from tb_leak_plugin import __version__
+
+EXIT_OK, EXIT_LEAK, EXIT_USAGE = 0, 1, 2
+
+VERDICT_LABEL = {"leak": "LEAK", "no_leak": "no leak", "inconclusive": "inconclusive"}
+
+
+def human_bytes(value: float | None, signed: bool = False) -> str:
+    """Format bytes with binary units: ``12.3 KiB``; ``+`` sign when ``signed``."""
+    if value is None:
+        return "-"
+    sign = "-" if value < 0 else ("+" if signed else "")
+    magnitude = abs(float(value))
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if magnitude < 1024 or unit == "TiB":
+            text = f"{magnitude:.0f} {unit}" if unit == "B" else f"{magnitude:.1f} {unit}"
+            return sign + text
+        magnitude /= 1024
+    return sign + f"{magnitude:.1f} TiB"  # pragma: no cover
+
+
+def human_amount(value: float | None, unit: str, signed: bool = False) -> str:
+    """A value in its unit, bytes humanised, counts with up to 3 significant decimals."""
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return human_bytes(value, signed)
+    text = f"{value:+.3g}" if signed else f"{value:.3g}"
+    return f"{text} {unit}"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _ci_text(series: dict) -> str:
+    ci = series.get("slope_ci")
+    if not ci or ci[0] is None or ci[1] is None:
+        return "-"
+    unit = series["unit"]
+    return f"{human_amount(ci[0], unit, True)} .. {human_amount(ci[1], unit, True)}"
+
+
+def format_text(report: dict) -> str:
+    """A readable report: one block per run, series table, culprits and hints."""
+    lines = [f"tb-leak report for {report['logdir']}", ""]
+    for warning in report["warnings"]:
+        lines.append(f"warning: {warning}")
+    if report["warnings"]:
+        lines.append("")
+    for run in report["runs"]:
+        label = VERDICT_LABEL.get(run["verdict"], run["verdict"])
+        lines.append(f"== run {run['run']}: {label} (confidence {run['confidence']:.0%})")
+        lines.append(f"   {run['reason']}")
+        if run["growth_bytes_per_step"] is not None:
+            per_hour = run.get("growth_bytes_per_hour")
+            hour = f", {human_bytes(per_hour, True)}/hour" if per_hour is not None else ""
+            lines.append(f"   memory growth ({run['primary_tag']}): {human_bytes(run['growth_bytes_per_step'], True)}/step{hour}")
+        judged = [s for s in run["series"] if s["verdict"] != "not_assessed"]
+        if judged:
+            lines.append("   series:")
+            width = max(len(s["tag"]) for s in judged)
+            lines.append(f"     {'tag':<{width}}  {'verdict':<12}  {'growth/step':>16}  {'95% interval':>28}  samples")
+            for s in judged:
+                growth = human_amount(s.get("slope_per_step"), s["unit"], True)
+                lines.append(f"     {s['tag']:<{width}}  {s['verdict']:<12}  {growth:>16}  {_ci_text(s):>28}  {s['samples']}")
+                if s["verdict"] == "leak" and s.get("seconds_to_exhaustion") is not None:
+                    lines.append(f"     {'':<{width}}  out of memory in ~{human_duration(s['seconds_to_exhaustion'])} at this rate")
+        if run["culprits"]:
+            lines.append("   culprits:")
+            for rank, culprit in enumerate(run["culprits"][:10], 1):
+                growth = human_amount(culprit["growth_per_step"], culprit["unit"], True)
+                lines.append(f"     {rank}. [{culprit['kind']}] {culprit['name']}  {growth}/step  "
+                             f"(confidence {culprit['confidence']:.0%})")
+                lines.append(f"        {culprit['evidence']}")
+        if run["hints"]:
+            lines.append("   what it usually means:")
+            for hint in run["hints"]:
+                lines.append(f"     - {hint['title']}: {hint['text']}")
+                lines.append(f"       fix: {hint['fix']}")
+        traces = run.get("traces")
+        if traces:
+            for session in traces.get("sessions", []):
+                if session.get("error"):
+                    lines.append(f"   trace {session['session']}/{session['host']}: error: {session['error']}")
+                elif session.get("coverage_note"):
+                    lines.append(f"   trace {session['session']}/{session['host']}: {session['coverage_note']}")
+        for warning in run["warnings"]:
+            lines.append(f"   warning: {warning}")
+        lines.append("")
+    for group in report.get("groups", []):
+        leaking = ", ".join(group["leaking"]) or "none"
+        lines.append(f"group {group['parent']}: {len(group['runs'])} runs, leaking: {leaking}")
+    if not report["runs"]:
+        lines.append("no runs found")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _md_escape(text: str) -> str:
+    return re.sub(r"([\\`*_{}\[\]<>|#])", r"\\\1", str(text))
+
+
+def format_markdown(report: dict) -> str:
+    """A report for pasting into a pull request or an issue."""
+    lines = [f"## tb-leak report: `{report['logdir']}`", ""]
+    for warning in report["warnings"]:
+        lines.append(f"> warning: {_md_escape(warning)}")
+    lines += ["| run | verdict | confidence | memory growth / step | top culprit |", "|---|---|---|---|---|"]
+    for run in report["runs"]:
+        top = run["culprits"][0]["name"] if run["culprits"] else ""
+        icon = {"leak": "🔴", "no_leak": "🟢"}.get(run["verdict"], "⚪")
+        lines.append(f"| {_md_escape(run['run'])} | {icon} {VERDICT_LABEL.get(run['verdict'], run['verdict'])} | "
+                     f"{run['confidence']:.0%} | {human_bytes(run['growth_bytes_per_step'], True)} | {_md_escape(top)} |")
+    for run in report["runs"]:
+        if run["verdict"] != "leak":
+            continue
+        lines += ["", f"### {_md_escape(run['run'])}", "", _md_escape(run["reason"]), ""]
+        for culprit in run["culprits"][:5]:
+            growth = human_amount(culprit["growth_per_step"], culprit["unit"], True)
+            lines.append(f"- **{culprit['kind']}** `{culprit['name']}`: {growth}/step. {_md_escape(culprit['evidence'])}")
+        for hint in run["hints"]:
+            lines.append(f"- *{hint['title']}*: {hint['text']} **Fix:** {hint['fix']}")
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tb-leak", description="Find memory leaks in TensorBoard logdirs.")
+    parser.add_argument("--version", action="version", version=f"tb-leak {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    analyze = commands.add_parser("analyze", help="analyse a logdir and print a verdict per run")
+    analyze.add_argument("logdir", help="TensorBoard logdir (local path, or gs:// s3:// when supported)")
+    analyze.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    analyze.add_argument("--run", metavar="REGEX", help="only runs whose name matches this regular expression")
+    analyze.add_argument("--fail-on-leak", action="store_true", help="exit 1 when any run's verdict is leak")
+    analyze.add_argument("--no-traces", action="store_true", help="skip profiler traces")
+    analyze.add_argument("--max-trace-mib", type=float, default=None,
+                         help="refuse trace files larger than this many MiB (default 512)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return EXIT_USAGE if exit_.code not in (0, None) else EXIT_OK
+    if args.command != "analyze":
+        parser.print_usage(sys.stderr)
+        print("tb-leak: error: a command is required (analyze)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.run:
+        try:
+            re.compile(args.run)
+        except re.error as error:
+            print(f"tb-leak: error: --run {args.run!r} is not a valid regular expression: {error}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.max_trace_mib is not None and args.max_trace_mib <= 0:
+        print("tb-leak: error: --max-trace-mib must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    from tb_leak_plugin import analyze, loading
+
+    max_bytes = int(args.max_trace_mib * (1 << 20)) if args.max_trace_mib else None
+    try:
+        report = analyze.analyze_logdir(args.logdir, run_filter=args.run, with_traces=not args.no_traces,
+                                        max_trace_bytes=max_bytes)
+    except loading.LogdirError as error:
+        print(f"tb-leak: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    data = report.to_dict()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    elif args.format == "markdown":
+        sys.stdout.write(format_markdown(data))
+    else:
+        sys.stdout.write(format_text(data))
+    sys.stdout.flush()
+    if args.fail_on_leak and report.any_leak:
+        return EXIT_LEAK
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Keras callback: ``model.fit(..., callbacks=[LeakCallback(logdir)])``.
+
+Importing this module imports Keras (through TensorFlow); the rest of the
+package stays TensorFlow-free.
+"""
+
+from __future__ import annotations
+
+from tb_leak_plugin.monitor import Monitor
+
+
+def _callback_base():
+    try:
+        import keras
+
+        return keras.callbacks.Callback
+    except ImportError:  # Keras 2 bundled with TensorFlow
+        import tensorflow as tf
+
+        return tf.keras.callbacks.Callback
+
+
+class LeakCallback(_callback_base()):
+    """Samples memory after every training batch of ``model.fit``.
+
+    Steps are global batch counts across epochs (the x axis TensorBoard's
+    own callback uses with ``update_freq="batch"``). Every keyword of
+    :class:`~tb_leak_plugin.Monitor` is accepted, e.g.
+    ``profile_steps=(100, 120)`` to record a profiler trace of those batches.
+    The monitor is closed when training ends.
+    """
+
+    def __init__(self, logdir: str | None = None, **monitor_options):
+        super().__init__()
+        self.logdir = logdir
+        self._options = monitor_options
+        self.monitor: Monitor | None = None
+        self._step = 0
+
+    def on_train_begin(self, logs=None):
+        if self.monitor is None:
+            self.monitor = Monitor(self.logdir, **self._options)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.monitor is not None:
+            self.monitor.sample(self._step)
+        self._step += 1
+
+    def on_train_end(self, logs=None):
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None
