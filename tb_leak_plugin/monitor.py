@@ -13,6 +13,7 @@ the training loop. The monitor keeps no references to user objects.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import weakref
 
@@ -20,6 +21,10 @@ from tb_leak_plugin import probes as probes_lib
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 
 logger = logging.getLogger("tb_leak_plugin")
+
+# Census cost per allocated memory block, measured on CPython 3.11 with
+# TensorFlow loaded (about 60 ns); only a prior until the first census runs.
+_CENSUS_SECONDS_PER_BLOCK = 60e-9
 
 DEFAULT_PROBES = ("process", "python", "tf", "gc", "objects", "tensors", "tf_function")
 
@@ -51,9 +56,12 @@ class Monitor:
         ``tf.summary`` writer active at each sample (TensorFlow required).
       every_n_steps: sample the cheap probes at most every N steps.
       census_every_n_steps: run the object census at most every N steps.
-      probes: probe names; default all of ``DEFAULT_PROBES`` (``"uss"`` is
-        available on request: it reads /proc smaps and costs milliseconds).
-      overhead_budget: fraction of step time the monitor may use (0.01 = 1%).
+      probes: probe names or ``probes.Probe`` instances; default all of
+        ``DEFAULT_PROBES`` (``"uss"`` is available on request: it reads
+        /proc smaps and costs milliseconds).
+      overhead_budget: fraction of step time the monitor may use (0.01 = 1%);
+        ``None`` runs every probe on its step schedule alone (for tests and
+        short demos, where dense series matter more than overhead).
       top_k: object types picked per census (commonest first, then fastest
         growing); ``max_object_types`` bounds the number of type series.
       profile_steps: ``(start, stop)`` steps between which a TensorFlow
@@ -70,7 +78,7 @@ class Monitor:
         every_n_steps: int = 1,
         census_every_n_steps: int = 1,
         probes=DEFAULT_PROBES,
-        overhead_budget: float = 0.01,
+        overhead_budget: float | None = 0.01,
         top_k: int = 20,
         max_object_types: int = 64,
         profile_steps: tuple[int, int] | None = None,
@@ -78,12 +86,12 @@ class Monitor:
         writer=None,
         flush_secs: float = 30.0,
     ):
-        if not 0 < overhead_budget <= 1:
-            raise ValueError(f"overhead_budget must be in (0, 1], got {overhead_budget!r}")
+        if overhead_budget is not None and not 0 < overhead_budget <= 1:
+            raise ValueError(f"overhead_budget must be in (0, 1] or None, got {overhead_budget!r}")
         if every_n_steps < 1 or census_every_n_steps < 1:
             raise ValueError("every_n_steps and census_every_n_steps must be >= 1")
         self.logdir = logdir
-        self.overhead_budget = float(overhead_budget)
+        self.overhead_budget = None if overhead_budget is None else float(overhead_budget)
         self._logged: set[str] = set()
         if logdir is not None:
             self._writer = EventWriter(logdir, flush_secs=flush_secs)
@@ -94,18 +102,26 @@ class Monitor:
         made = probes_lib.make_probes(
             list(probes), on_skip=self._log_once, top_k=top_k, max_types=max_object_types
         )
-        by_name = {p.name: p for p in made}
-        cheap = [by_name[n] for n in probes_lib.CHEAP_PROBES if n in by_name]
-        census = [by_name[n] for n in ("objects", "tf_function") if n in by_name]
+        cheap = [p for p in made if not p.needs_objects and p.name != "uss"]
+        census = [p for p in made if p.needs_objects and p.name != "tensors"]
         self._units = []
+        # Shares of the budget: the census is the most informative and the
+        # most expensive, so it gets the largest share.
         if cheap:
-            self._units.append(_Unit("cheap", cheap, 0.4, every_n_steps))
+            self._units.append(_Unit("cheap", cheap, 0.25, every_n_steps))
         if census:
-            self._units.append(_Unit("census", census, 0.3, census_every_n_steps))
-        if "tensors" in by_name:
-            self._units.append(_Unit("tensors", [by_name["tensors"]], 0.2, census_every_n_steps))
-        if "uss" in by_name:
-            self._units.append(_Unit("uss", [by_name["uss"]], 0.1, census_every_n_steps))
+            self._units.append(_Unit("census", census, 0.45, census_every_n_steps))
+        for probe in made:
+            if probe.name == "tensors":
+                self._units.append(_Unit("tensors", [probe], 0.2, census_every_n_steps))
+            elif probe.name == "uss":
+                self._units.append(_Unit("uss", [probe], 0.1, census_every_n_steps))
+        # Before a unit has run, its cost is estimated from the heap size, so
+        # even the first (baseline) census waits until the budget pays for it.
+        blocks = sys.getallocatedblocks()
+        for unit in self._units:
+            if unit.name in ("census", "tensors"):
+                unit.cost_s = blocks * _CENSUS_SECONDS_PER_BLOCK * (2.0 if unit.name == "tensors" else 1.0)
 
         self._profiler = None
         if profile_steps is not None:
@@ -188,11 +204,15 @@ class Monitor:
         self._credited_train_s = self._train_s
         due = []
         for unit in self._units:
-            unit.credit_s += unit.share * self.overhead_budget * train_gain
             if unit.last_step is not None and abs(step - unit.last_step) < unit.min_steps:
+                if self.overhead_budget is not None:
+                    unit.credit_s += unit.share * self.overhead_budget * train_gain
                 continue
-            # The first run sets the census baseline, so it always happens.
-            if unit.runs == 0 or unit.credit_s >= unit.cost_s:
+            if self.overhead_budget is None:
+                due.append(unit)
+                continue
+            unit.credit_s += unit.share * self.overhead_budget * train_gain
+            if unit.credit_s >= unit.cost_s:
                 due.append(unit)
         if not due:
             return

@@ -378,7 +378,7 @@ ALL_PROBES = CHEAP_PROBES + CENSUS_PROBES
 
 
 def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> list[Probe]:
-    """Instantiate probes by name; unknown names raise ValueError."""
+    """Instantiate probes by name (Probe instances pass through); unknown names raise ValueError."""
     factories = {
         "process": ProcessProbe,
         "uss": ProcessUSSProbe,
@@ -389,7 +389,7 @@ def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> li
         "tensors": LiveTensorsProbe,
         "tf_function": TFFunctionProbe,
     }
-    unknown = [name for name in names if name not in factories]
+    unknown = [name for name in names if not isinstance(name, Probe) and name not in factories]
     if unknown:
         raise ValueError(f"unknown probe(s) {unknown}; choose from {sorted(factories)}")
-    return [factories[name]() for name in names]
+    return [name if isinstance(name, Probe) else factories[name]() for name in names]

@@ -1,0 +1,250 @@
+"""The writing side with real TensorFlow: Monitor, summary ops, Keras callback.
+
+Everything is read back through TensorBoard's own data provider.
+"""
+
+import gc
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tb_leak_plugin as tbleak  # noqa: E402
+from tb_leak_plugin import loading, metadata, probes  # noqa: E402
+
+# Every probe on every step: tests need dense series, not a 1% budget.
+DENSE = dict(overhead_budget=None)
+
+
+def _values(series_map, tag):
+    content, points = series_map[tag]
+    return metadata.parse_plugin_metadata(content), np.array([v for _s, v in points]), [s for s, _v in points]
+
+
+def test_monitor_series_read_back_through_data_provider(tmp_path, data_provider_reader):
+    w = tf.Variable(tf.random.normal([32, 32]))
+
+    @tf.function
+    def train_step(x):
+        return tf.reduce_sum(x @ w)
+
+    with tbleak.Monitor(str(tmp_path / "run"), census_every_n_steps=5, **DENSE) as monitor:
+        for step in range(20):
+            train_step(tf.random.normal([32, 32]))
+            monitor.sample(step)
+    served = data_provider_reader(str(tmp_path))["run"]
+
+    info, rss, steps = _values(served, "leak/process/rss_bytes")
+    assert (info.group, info.measure, info.unit) == ("process", "rss_bytes", "bytes")
+    assert steps == list(range(20))
+    # Values are the real RSS of this process, in bytes.
+    assert 0.5 < rss[-1] / probes.psutil.Process().memory_info().rss < 2.0
+    info, blocks, _ = _values(served, "leak/python/allocated_blocks")
+    assert info.unit == "blocks" and blocks.min() > 1000
+    info, in_use, _ = _values(served, "leak/tf/CPU:0/bytes_in_use")
+    assert info.subject == "CPU:0" and info.unit == "bytes"
+    info, counts, census_steps = _values(served, "leak/objects/builtins.dict")
+    assert info.group == "objects" and info.unit == "count" and counts.min() > 100
+    assert census_steps == [0, 5, 10, 15]
+    info, traces, _ = _values(served, "leak/tf_function/train_step/traces")
+    assert info.unit == "traces" and traces[-1] == 1
+    info, eager, _ = _values(served, "leak/tensors/eager_count")
+    assert info.unit == "count"
+    # Every tag's plugin data parses strictly and says what it measures.
+    for tag, (content, _points) in served.items():
+        parsed = metadata.parse_plugin_metadata(content)
+        assert parsed.tag == tag
+
+
+def _run_loop(logdir, keep_outputs, steps=40):
+    w = tf.Variable(tf.random.normal([256, 256]))
+    kept = []
+    with tbleak.Monitor(logdir, census_every_n_steps=4, **DENSE) as monitor:
+        for step in range(steps):
+            out = tf.random.normal([256, 256]) @ w  # 256 KiB: traced by the allocator
+            if keep_outputs:
+                kept.append(out)
+            monitor.sample(step)
+    return loading.load_run("run", logdir)
+
+
+def test_leaky_loop_grows_tensors_and_allocator_clean_loop_does_not(tmp_path):
+    leaky = _run_loop(str(tmp_path / "leaky"), keep_outputs=True)
+    clean = _run_loop(str(tmp_path / "clean"), keep_outputs=False)
+    step_bytes = 256 * 256 * 4
+
+    def growth(run, tag):
+        values = run.series[tag].values
+        return values[-1] - values[0]
+
+    eager_steps = leaky.series["leak/tensors/eager_count"].steps
+    span = eager_steps[-1] - eager_steps[0]
+    assert growth(leaky, "leak/tensors/eager_count") >= 0.9 * span
+    assert growth(leaky, "leak/tensors/eager_bytes") >= 0.9 * span * step_bytes
+    assert growth(leaky, "leak/tf/CPU:0/bytes_in_use") >= 0.9 * 39 * step_bytes
+    assert abs(growth(clean, "leak/tensors/eager_count")) <= 3
+    assert abs(growth(clean, "leak/tf/CPU:0/bytes_in_use")) <= 2 * step_bytes
+
+
+def test_retracing_shows_growing_trace_counts(tmp_path):
+    @tf.function
+    def scale(x, factor):
+        return x * factor
+
+    with tbleak.Monitor(str(tmp_path / "run"), census_every_n_steps=3, **DENSE) as monitor:
+        for step in range(15):
+            scale(tf.ones([4]), float(step))  # a new Python float: a new trace
+            monitor.sample(step)
+    run = loading.load_run("run", str(tmp_path / "run"))
+    traces = run.series["leak/tf_function/scale/traces"]
+    assert list(traces.steps) == [0, 3, 6, 9, 12]
+    assert list(traces.values) == [1, 4, 7, 10, 13]
+
+
+def test_summary_ops_write_through_default_tf_writer(tmp_path, data_provider_reader):
+    writer = tf.summary.create_file_writer(str(tmp_path / "ops"))
+    with writer.as_default():
+        for step in range(3):
+            assert tbleak.summary.memory(step=step)
+            assert tbleak.summary.live_objects(step=step, top_k=5)
+    writer.flush()
+    # No default writer: like tf.summary.scalar, nothing is written.
+    assert tbleak.summary.memory(step=0) is False
+    served = data_provider_reader(str(tmp_path))["ops"]
+    _info, rss, steps = _values(served, "leak/process/rss_bytes")
+    assert steps == [0, 1, 2] and rss.min() > 10 << 20
+    object_tags = [t for t in served if t.startswith("leak/objects/")]
+    assert len(object_tags) == 5
+    assert "leak/tensors/eager_count" in served
+
+
+def test_monitor_without_logdir_uses_default_tf_writer(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path / "default"))
+    with writer.as_default():
+        with tbleak.Monitor(probes=("process", "python"), **DENSE) as monitor:
+            for step in range(5):
+                monitor.sample(step)
+    writer.flush()
+    run = loading.load_run("default", str(tmp_path / "default"))
+    assert list(run.series["leak/process/rss_bytes"].steps) == [0, 1, 2, 3, 4]
+
+
+def test_keras_callback_writes_one_point_per_batch(tmp_path, data_provider_reader):
+    import keras
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.random.default_rng(0).normal(size=(80, 8)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    callback = tbleak.keras.LeakCallback(str(tmp_path / "fit"), census_every_n_steps=5, **DENSE)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    served = data_provider_reader(str(tmp_path))["fit"]
+    _info, _rss, steps = _values(served, "leak/process/rss_bytes")
+    assert steps == list(range(20))  # 10 batches x 2 epochs, global step
+    assert any(tag.startswith("leak/objects/") for tag in served)
+    assert callback.monitor is None  # closed at the end of training
+
+
+class _BrokenProbe(probes.Probe):
+    name = "broken"
+
+    def __init__(self):
+        self.calls = 0
+
+    def sample(self, objects=None):
+        self.calls += 1
+        raise RuntimeError("sensor on fire")
+
+
+def test_failing_probe_is_logged_once_and_dropped(tmp_path, caplog):
+    broken = _BrokenProbe()
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        with tbleak.Monitor(str(tmp_path / "run"), probes=("process", broken), **DENSE) as monitor:
+            for step in range(10):
+                monitor.sample(step)  # must not raise
+    assert broken.calls == 1
+    messages = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]
+    assert len(messages) == 1 and "sensor on fire" in messages[0]
+    run = loading.load_run("run", str(tmp_path / "run"))
+    assert len(run.series["leak/process/rss_bytes"]) == 10
+
+
+def test_monitor_never_raises_even_when_writer_breaks(tmp_path):
+    monitor = tbleak.Monitor(str(tmp_path / "run"), **DENSE)
+    monitor._writer.write = None  # any failure inside sample()
+    monitor.sample(0)
+    monitor.close()
+    monitor.sample(1)  # after close: a no-op
+    monitor.close()
+
+
+def test_census_keeps_no_reference_to_user_objects(tmp_path):
+    class Payload:
+        pass
+
+    payload = Payload()
+    ref = weakref.ref(payload)
+    with tbleak.Monitor(str(tmp_path / "run"), **DENSE) as monitor:
+        monitor.sample(0)
+        del payload
+        gc.collect()
+        assert ref() is None
+        monitor.sample(1)
+
+
+def test_monitor_stays_within_overhead_budget(tmp_path):
+    a = np.random.default_rng(0).normal(size=(160, 160))
+    with tbleak.Monitor(str(tmp_path / "run"), overhead_budget=0.01) as monitor:
+        deadline = time.perf_counter() + 4.0
+        step = 0
+        while time.perf_counter() < deadline:
+            for _ in range(3):
+                a = np.tanh(a @ a.T / 160)
+            monitor.sample(step)
+            step += 1
+    stats = monitor.stats()
+    # The budget is spent by paying for each probe group's measured cost;
+    # allow a little slack for timer noise on a shared machine.
+    assert stats["overhead"] <= 0.015, stats
+    assert stats["units"]["cheap"]["runs"] >= 10
+
+
+def test_no_tensorflow_path_in_subprocess(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "tensorflow" or name.startswith("tensorflow."):
+                    raise ImportError("tensorflow is blocked in this test")
+        sys.meta_path.insert(0, Block())
+
+        import numpy as np
+        import tb_leak_plugin as tbleak
+        kept = []
+        with tbleak.Monitor({str(tmp_path / 'plain')!r}, overhead_budget=None, census_every_n_steps=5) as m:
+            for step in range(30):
+                kept.append(np.ones(1000))
+                m.sample(step)
+        summary = tbleak.summary.memory_pb()
+        assert any(v.tag == "leak/process/rss_bytes" for v in summary.value)
+        from tb_leak_plugin import cli
+        assert cli.main(["analyze", {str(tmp_path)!r}, "--format", "json"]) == 0
+        assert not [m for m in sys.modules if m == "tensorflow" or m.startswith("tensorflow.")]
+        print("NO_TF_OK")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert "NO_TF_OK" in result.stdout, result.stderr[-3000:]
+    run = loading.load_run("plain", str(tmp_path / "plain"))
+    numpy_count = run.series["leak/tensors/numpy_count"]
+    assert numpy_count.values[-1] - numpy_count.values[0] >= 20
+    assert "leak/tf/CPU:0/bytes_in_use" not in run.series
