@@ -30,9 +30,14 @@ DEFAULT_PROBES = ("process", "python", "tf", "gc", "objects", "tensors", "tf_fun
 
 
 class _Unit:
-    """A group of probes run together, with its share of the overhead budget."""
+    """A group of probes run together, with its share of the overhead budget.
 
-    __slots__ = ("name", "probes", "share", "min_steps", "credit_s", "cost_s", "last_step", "runs",
+    The unit is due once the training time since its last run, times its
+    share of the budget, pays for its measured cost: ``due_train_s`` is the
+    training time (seconds) at which that happens.
+    """
+
+    __slots__ = ("name", "probes", "share", "min_steps", "cost_s", "due_train_s", "last_step", "runs",
                  "needs_objects")
 
     def __init__(self, name, probes, share, min_steps):
@@ -40,11 +45,17 @@ class _Unit:
         self.probes = probes
         self.share = share
         self.min_steps = max(1, int(min_steps))
-        self.credit_s = 0.0
         self.cost_s = 0.0
+        self.due_train_s = 0.0
         self.last_step = None
         self.runs = 0
         self.needs_objects = any(p.needs_objects for p in probes)
+
+    def schedule(self, now_train_s: float, budget: float | None) -> None:
+        if budget is None:
+            self.due_train_s = now_train_s
+        else:
+            self.due_train_s = now_train_s + self.cost_s / (self.share * budget)
 
 
 class Monitor:
@@ -122,6 +133,8 @@ class Monitor:
         for unit in self._units:
             if unit.name in ("census", "tensors"):
                 unit.cost_s = blocks * _CENSUS_SECONDS_PER_BLOCK * (2.0 if unit.name == "tensors" else 1.0)
+            unit.schedule(0.0, self.overhead_budget)
+        self._next_due_train_s = min((u.due_train_s for u in self._units), default=float("inf"))
 
         self._profiler = None
         if profile_steps is not None:
@@ -138,8 +151,8 @@ class Monitor:
     def sample(self, step: int | None = None) -> None:
         """Record a sample for ``step`` (default: one more than the last).
 
-        Call once per training step. Cheap; decides itself which probes run.
-        Never raises.
+        Call once per training step. Cheap (about a microsecond when no
+        probe is due); decides itself which probes run. Never raises.
         """
         entered = time.perf_counter()
         try:
@@ -150,7 +163,8 @@ class Monitor:
             self._step = step
             if self._profiler is not None:
                 self._profiler.on_step_end(step)
-            self._run_due_units(step, entered)
+            if self._train_s >= self._next_due_train_s:
+                self._run_due_units(step)
         except Exception as error:  # never into the training loop
             self._log_once(f"monitor failed: {type(error).__name__}: {error}")
         finally:
@@ -199,28 +213,23 @@ class Monitor:
 
     # -- scheduling -------------------------------------------------------
 
-    def _run_due_units(self, step: int, entered: float) -> None:
-        train_gain = self._train_s - getattr(self, "_credited_train_s", 0.0)
-        self._credited_train_s = self._train_s
-        due = []
-        for unit in self._units:
-            if unit.last_step is not None and abs(step - unit.last_step) < unit.min_steps:
-                if self.overhead_budget is not None:
-                    unit.credit_s += unit.share * self.overhead_budget * train_gain
-                continue
-            if self.overhead_budget is None:
-                due.append(unit)
-                continue
-            unit.credit_s += unit.share * self.overhead_budget * train_gain
-            if unit.credit_s >= unit.cost_s:
-                due.append(unit)
+    def _run_due_units(self, step: int) -> None:
+        now = self._train_s
+        due = [
+            unit for unit in self._units
+            if now >= unit.due_train_s
+            and (unit.last_step is None or abs(step - unit.last_step) >= unit.min_steps)
+        ]
         if not due:
             return
         objects = None
         sample = []
+        costs = {}
         try:
             if any(u.needs_objects for u in due):
+                started = time.perf_counter()
                 objects = probes_lib.collect_objects()
+                walk_cost = time.perf_counter() - started
             for unit in due:
                 started = time.perf_counter()
                 for probe in list(unit.probes):
@@ -232,23 +241,26 @@ class Monitor:
                             f"probe {probe.name!r} failed ({type(error).__name__}: {error}); "
                             "it is switched off for the rest of this run"
                         )
-                cost = time.perf_counter() - started
-                unit.cost_s = cost if unit.runs == 0 else 0.5 * unit.cost_s + 0.5 * cost
-                unit.credit_s -= cost
-                unit.last_step = step
-                unit.runs += 1
+                costs[unit.name] = time.perf_counter() - started
+                if unit.needs_objects:
+                    costs[unit.name] += walk_cost / sum(u.needs_objects for u in due)
         finally:
             # Release the object list before writing: the census keeps nothing.
             if objects is not None:
                 objects.release()
-        write_started = time.perf_counter()
+        started = time.perf_counter()
         if sample:
             self._writer.write(step, sample)
-        write_cost = time.perf_counter() - write_started
-        # Writing is paid for by the groups that produced the values.
+        write_cost = (time.perf_counter() - started) / len(due)
         for unit in due:
-            unit.credit_s -= write_cost / len(due)
+            # Writing is paid for by the groups that produced the values.
+            cost = costs.get(unit.name, 0.0) + write_cost
+            unit.cost_s = cost if unit.runs == 0 else 0.5 * unit.cost_s + 0.5 * cost
+            unit.last_step = step
+            unit.runs += 1
+            unit.schedule(now, self.overhead_budget)
         self._units = [u for u in self._units if u.probes]
+        self._next_due_train_s = min((u.due_train_s for u in self._units), default=float("inf"))
 
     def _make_profiler(self, profile_steps, directory):
         try:

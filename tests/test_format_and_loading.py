@@ -1,0 +1,162 @@
+"""Summary format (metadata, hand-encoded values) and reading logdirs back.
+
+No TensorFlow needed: written with the TF-free EventWriter, read back with
+tb-leak's loader and with TensorBoard's own reader.
+"""
+
+import os
+import struct
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing import event_file_loader
+from tensorboard.compat.proto import event_pb2, summary_pb2
+
+from tb_leak_plugin import loading, metadata, summary
+from tb_leak_plugin.metadata import SeriesInfo
+
+RSS = SeriesInfo("process", "rss_bytes", "bytes")
+DICTS = SeriesInfo("objects", "live_count", "count", "builtins.dict")
+
+
+def test_tags_are_stable_and_documented():
+    assert RSS.tag == "leak/process/rss_bytes"
+    assert SeriesInfo("tf", "bytes_in_use", "bytes", "GPU:0").tag == "leak/tf/GPU:0/bytes_in_use"
+    assert DICTS.tag == "leak/objects/builtins.dict"
+    assert SeriesInfo("tf_function", "traces", "traces", "step").tag == "leak/tf_function/step/traces"
+
+
+def test_metadata_round_trip_and_data_class():
+    meta = metadata.create_summary_metadata(DICTS)
+    assert meta.plugin_data.plugin_name == "leak"
+    assert meta.data_class == summary_pb2.DATA_CLASS_SCALAR
+    assert metadata.parse_plugin_metadata(meta.plugin_data.content) == DICTS
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (metadata.LeakPluginData(version=7, group="process", measure="rss_bytes", unit="bytes").SerializeToString(),
+         "newer tb-leak"),
+        (b"\xff\xff\xff", "not a LeakPluginData"),
+        (metadata.LeakPluginData(version=0, group="process").SerializeToString(), "lacks"),
+        ("text", "must be bytes"),
+    ],
+)
+def test_parse_plugin_metadata_is_strict(content, message):
+    with pytest.raises(metadata.PluginDataError, match=message):
+        metadata.parse_plugin_metadata(content)
+
+
+def test_hand_encoded_values_equal_protobuf_encoding():
+    for tag in ("leak/process/rss_bytes", "leak/objects/" + "x" * 300, "leak/objects/ünïcode.Type"):
+        value = 123456789.25
+        expected = summary_pb2.Summary()
+        expected.value.add(tag=tag, tensor=summary._scalar_tensor(value))
+        encoded = summary._value_prefix(tag) + struct.pack("<d", value)
+        assert summary_pb2.Summary.FromString(encoded) == expected
+
+
+def _write(logdir, steps, infos=(RSS, DICTS)):
+    writer = summary.EventWriter(logdir)
+    for step in steps:
+        writer.write(step, [(info, float(step * 10 + k)) for k, info in enumerate(infos)], wall_time=1000.0 + step)
+    writer.close()
+    return [os.path.join(logdir, n) for n in os.listdir(logdir)]
+
+
+def test_event_writer_output_reads_back_with_tensorboard_and_tb_leak(tmp_path):
+    (path,) = _write(str(tmp_path / "run"), range(50))
+    events = list(event_file_loader.EventFileLoader(path).Load())
+    values = [(e.step, v.tag, v.tensor.double_val[0]) for e in events for v in e.summary.value]
+    assert values[:2] == [(0, RSS.tag, 0.0), (0, DICTS.tag, 1.0)]
+    # Metadata only on the first point of each tag.
+    with_meta = [v.tag for e in events for v in e.summary.value if v.HasField("metadata")]
+    assert sorted(with_meta) == sorted([RSS.tag, DICTS.tag])
+    run = loading.load_run("run", str(tmp_path / "run"))
+    series = run.series[RSS.tag]
+    assert series.info == RSS
+    assert list(series.steps) == list(range(50))
+    assert np.allclose(series.values, np.arange(50) * 10)
+    assert np.allclose(series.wall_times, 1000.0 + np.arange(50))
+    assert run.warnings == []
+
+
+def test_discovers_nested_runs_and_groups_workers(tmp_path):
+    for name in ("job/worker-0", "job/worker-1", "solo"):
+        _write(str(tmp_path / name), range(3))
+    data = loading.load_logdir(str(tmp_path))
+    assert [r.name for r in data.runs] == ["job/worker-0", "job/worker-1", "solo"]
+    assert loading.group_runs(data.runs) == {"job": ["job/worker-0", "job/worker-1"]}
+    assert [r.name for r in loading.load_logdir(str(tmp_path), run_filter="worker-1").runs] == ["job/worker-1"]
+
+
+def test_truncated_last_record_is_not_an_error(tmp_path):
+    (path,) = _write(str(tmp_path / "run"), range(20))
+    size = os.path.getsize(path)
+    with open(path, "r+b") as handle:
+        handle.truncate(size - 7)  # a writer caught mid-record
+    run = loading.load_run("run", str(tmp_path / "run"))
+    assert list(run.series[RSS.tag].steps) == list(range(19))
+    assert run.warnings == []
+
+
+def test_corrupt_record_keeps_earlier_points_and_warns(tmp_path):
+    (path,) = _write(str(tmp_path / "run"), range(20))
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    run = loading.load_run("run", str(tmp_path / "run"))
+    kept = run.series[RSS.tag].steps
+    assert 5 <= len(kept) < 20 and list(kept) == list(range(len(kept)))
+    assert len(run.warnings) == 1 and "corrupt record" in run.warnings[0] and path in run.warnings[0]
+
+
+def test_garbage_and_empty_event_files(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "events.out.tfevents.1.garbage").write_bytes(os.urandom(4096))
+    (run_dir / "events.out.tfevents.2.empty").write_bytes(b"")
+    _write(str(run_dir), range(5))
+    run = loading.load_run("run", str(run_dir))
+    assert len(run.series[RSS.tag]) == 5
+    assert any("garbage" in w for w in run.warnings)
+
+
+def test_non_finite_values_and_repeated_steps(tmp_path):
+    writer = summary.EventWriter(str(tmp_path / "run"))
+    for step, value in [(0, 1.0), (1, float("nan")), (2, float("inf")), (1, 5.0), (3, 2.0)]:
+        writer.write(step, [(RSS, value)])
+    writer.close()
+    series = loading.load_run("run", str(tmp_path / "run")).series[RSS.tag]
+    # Sorted by step; the last write of a repeated step (a restarted job) wins.
+    assert list(series.steps) == [0, 1, 2, 3]
+    assert series.values[1] == 5.0 and np.isinf(series.values[2])
+
+
+def test_foreign_and_newer_series_are_skipped_with_warning(tmp_path):
+    run_dir = str(tmp_path / "run")
+    writer = summary.EventWriter(run_dir)
+    newer = summary_pb2.Summary()
+    value = newer.value.add(tag="leak/future/x", tensor=summary._scalar_tensor(1.0))
+    value.metadata.plugin_data.plugin_name = "leak"
+    value.metadata.plugin_data.content = metadata.LeakPluginData(
+        version=99, group="g", measure="m", unit="bytes").SerializeToString()
+    foreign = newer.value.add(tag="loss", simple_value=0.5)
+    del foreign
+    writer._writer.add_event(event_pb2.Event(step=0, summary=newer))
+    writer.write(0, [(RSS, 1.0)])
+    writer.close()
+    run = loading.load_run("run", run_dir)
+    assert list(run.series) == [RSS.tag]
+    assert any("newer tb-leak" in w for w in run.warnings)
+
+
+def test_missing_and_non_directory_logdirs(tmp_path):
+    with pytest.raises(loading.LogdirError, match="does not exist"):
+        loading.load_logdir(str(tmp_path / "nope"))
+    file_path = tmp_path / "file"
+    file_path.write_text("x")
+    with pytest.raises(loading.LogdirError, match="not a directory"):
+        loading.load_logdir(str(file_path))
+    assert loading.load_logdir(str(tmp_path)).runs == []
