@@ -42,11 +42,7 @@ def load_traces(run_dir: str | None, max_bytes: int | None = None):
     """The run's profiler trace report, or None when it has no profile sessions."""
     if run_dir is None:
         return None
-    try:
-        from tb_leak_plugin import traces
-    except ImportError as error:  # pragma: no cover - traces ship with the package
-        logger.warning("tb-leak: trace analysis unavailable: %s", error)
-        return None
+    from tb_leak_plugin import traces
     kwargs = {} if max_bytes is None else {"max_bytes": max_bytes}
     report = traces.analyze_run_traces(run_dir, **kwargs)
     return report if report.sessions else None

@@ -75,6 +75,10 @@ def format_text(report: dict) -> str:
             hour = f", {human_bytes(per_hour, True)}/hour" if per_hour is not None else ""
             lines.append(f"   memory growth ({run['primary_tag']}): {human_bytes(run['growth_bytes_per_step'], True)}/step{hour}")
         judged = [s for s in run["series"] if s["verdict"] != "not_assessed"]
+        # Memory and tensor series always; others only when they say something.
+        shown = [s for s in judged if s["role"] in ("memory", "tensors") or s["verdict"] != "no_leak"]
+        hidden = len(judged) - len(shown)
+        judged = shown
         if judged:
             lines.append("   series:")
             width = max(len(s["tag"]) for s in judged)
@@ -84,6 +88,8 @@ def format_text(report: dict) -> str:
                 lines.append(f"     {s['tag']:<{width}}  {s['verdict']:<12}  {growth:>16}  {_ci_text(s):>28}  {s['samples']}")
                 if s["verdict"] == "leak" and s.get("seconds_to_exhaustion") is not None:
                     lines.append(f"     {'':<{width}}  out of memory in ~{human_duration(s['seconds_to_exhaustion'])} at this rate")
+            if hidden:
+                lines.append(f"     (+{hidden} more series without growth; --format json lists every series)")
         if run["culprits"]:
             lines.append("   culprits:")
             for rank, culprit in enumerate(run["culprits"][:10], 1):

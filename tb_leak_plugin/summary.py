@@ -15,6 +15,7 @@ return whether anything was written. :func:`memory_pb` and
 
 from __future__ import annotations
 
+import gc
 import struct
 import sys
 import time
@@ -189,6 +190,7 @@ def _memory_sample() -> Sample:
 def _census_sample(top_k: int) -> Sample:
     census = probes.ObjectCensusProbe(top_k=top_k, max_types=top_k)
     tensors = probes.LiveTensorsProbe()
+    gc.collect()  # count live objects, not cycles waiting for the collector
     objects = probes.collect_objects()
     try:
         return census.sample(objects) + tensors.sample(objects)

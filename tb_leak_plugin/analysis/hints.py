@@ -107,10 +107,22 @@ HINTS = {
     "native_memory": Hint(
         "native_memory",
         "Process memory grows outside the Python heap and TensorFlow's allocators",
-        "RSS grows while neither the Python heap nor TensorFlow's allocators do: native memory of a "
-        "C extension, or fragmentation of the C allocator.",
-        "Try jemalloc or tcmalloc via `LD_PRELOAD`, check native libraries (data loaders, image "
-        "codecs) for buffers they keep, and widen the view with the profiler.",
+        "RSS grows while neither the Python objects nor TensorFlow's allocators do. In TensorFlow this "
+        "is most often runtime state left by objects built inside the loop: Keras models or layers "
+        "(their variables, names and functions), tf.functions, datasets. Otherwise: native memory of "
+        "a C extension, or fragmentation of the C allocator.",
+        "Build models, layers and tf.functions once, outside the loop; if throwaway models are needed, "
+        "call `keras.backend.clear_session()` after each. For native libraries try jemalloc or "
+        "tcmalloc via `LD_PRELOAD`.",
+    ),
+    "py_function_registry": Hint(
+        "py_function_registry",
+        "A pipeline that wraps Python code is rebuilt inside the loop",
+        "Python functions, closures and the weak references of TensorFlow's py-function registry "
+        "accumulate: `tf.data.Dataset.from_generator`, `tf.py_function` or `tf.numpy_function` is "
+        "called again each step, and every call registers another Python callback that stays alive.",
+        "Build the dataset (and its iterator) once, before the loop, and draw batches with `next(it)`; "
+        "create `tf.py_function` wrappers once.",
     ),
     "uncollectable": Hint(
         "uncollectable",
@@ -134,6 +146,10 @@ _CONTAINERS = {
 
 def hint_for_type(type_name: str) -> Hint:
     """The hint for a growing live-object type, by its qualified name."""
+    if type_name == "weakref.KeyedRef":
+        # Weak values of a WeakValueDictionary: TensorFlow's py-function
+        # registry (FuncRegistry) holds one per registered callback.
+        return HINTS["py_function_registry"]
     if _EAGER.search(type_name):
         return HINTS["tensors_kept"]
     if type_name.startswith("numpy."):

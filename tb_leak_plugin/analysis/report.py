@@ -27,6 +27,13 @@ ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counter
 
 VERDICT_ORDER = {"leak": 0, "inconclusive": 1, "no_leak": 2}
 
+# A memory series whose growth over the analysed window is under this
+# fraction of its level is not called a leak: a list of floats or an
+# allocator settling moves RSS and heap blocks by a few KiB per step, which
+# is real but not what a user means by a leak. Object and tensor counts are
+# exact, so they are not held to it.
+MIN_RELATIVE_GROWTH = 0.01
+
 
 def series_role(series: Series) -> str:
     """The part a series plays in the run's verdict (one of the ROLE_* names)."""
@@ -180,6 +187,8 @@ def assess(series: Series, available_bytes: float | None = None) -> SeriesReport
             unit=series.info.unit,
             available_bytes=available_bytes if series.info.unit == "bytes" else None,
         )
+    if role == ROLE_MEMORY and trend is not None and trend.verdict == "leak":
+        trend = _apply_materiality(trend, values[finite])
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -192,6 +201,20 @@ def assess(series: Series, available_bytes: float | None = None) -> SeriesReport
         last_step=int(series.steps[-1]) if len(series) else None,
         last_value=last_value,
         trend=trend,
+    )
+
+
+def _apply_materiality(trend: TrendResult, finite_values: np.ndarray) -> TrendResult:
+    level = float(np.median(np.abs(finite_values))) if finite_values.size else 0.0
+    growth = float(trend.total_growth) if trend.total_growth is not None else math.nan
+    if level <= 0 or not math.isfinite(growth) or growth >= MIN_RELATIVE_GROWTH * level:
+        return trend
+    share = growth / level
+    return dataclasses.replace(
+        trend,
+        verdict="no_leak",
+        reason=(f"{trend.reason}; but that is {share:.2%} of the series' level over the window, "
+                f"under the {MIN_RELATIVE_GROWTH:.0%} that tb-leak calls a leak"),
     )
 
 
@@ -334,7 +357,7 @@ def _run_verdict(by_role, culprits) -> tuple[str, float, str]:
     evidence = [c for c in culprits if c.kind != "op"]
     memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
     if evidence:
-        top = max(evidence, key=lambda c: c.confidence)
+        top = evidence[0]  # culprits arrive ranked
         return "leak", float(top.confidence), f"{_describe(top)}: {top.evidence}"
     judged = memory or [r for role in (ROLE_TENSORS, ROLE_OBJECTS) for r in by_role.get(role, [])
                         if r.trend is not None]
