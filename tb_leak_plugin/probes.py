@@ -316,6 +316,14 @@ def _numpy_arrays(ndarray, census: Census) -> tuple[int, int]:
     # are dicts, so attributes are covered).
     referents = gc.get_referents(*holders)
     del holders
+    # The collector untracks tuples (and dicts) that hold only untracked
+    # objects, so `cache[k] = (array, k)` hides the array one level down:
+    # look inside the untracked containers found among the referents too.
+    hidden = [obj for obj in itertools.compress(referents, map(_CONTAINERS.__contains__, map(type, referents)))
+              if not gc.is_tracked(obj)]
+    if hidden:
+        referents = referents + gc.get_referents(*hidden)
+    del hidden
     arrays = itertools.compress(referents, map(operator.is_, map(type, referents), itertools.repeat(ndarray)))
     seen: set[int] = set()
     count = 0

@@ -187,8 +187,8 @@ def assess(series: Series, available_bytes: float | None = None) -> SeriesReport
             unit=series.info.unit,
             available_bytes=available_bytes if series.info.unit == "bytes" else None,
         )
-    if role == ROLE_MEMORY and trend is not None and trend.verdict == "leak":
-        trend = _apply_materiality(trend, values[finite])
+    if role == ROLE_MEMORY and trend is not None and trend.verdict in ("leak", "inconclusive"):
+        trend = _apply_materiality(trend, series.steps[finite], values[finite])
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -204,16 +204,32 @@ def assess(series: Series, available_bytes: float | None = None) -> SeriesReport
     )
 
 
-def _apply_materiality(trend: TrendResult, finite_values: np.ndarray) -> TrendResult:
-    level = float(np.median(np.abs(finite_values))) if finite_values.size else 0.0
-    growth = float(trend.total_growth) if trend.total_growth is not None else math.nan
-    if level <= 0 or not math.isfinite(growth) or growth >= MIN_RELATIVE_GROWTH * level:
+def _apply_materiality(trend: TrendResult, steps: np.ndarray, values: np.ndarray) -> TrendResult:
+    """Call a memory series ``no_leak`` when even its upper bound of growth is immaterial.
+
+    For ``leak`` the fitted growth is held to ``MIN_RELATIVE_GROWTH`` of the
+    series' level; for ``inconclusive`` the upper end of the slope interval
+    over the analysed window is (if even that is tiny, the answer is known).
+    """
+    level = float(np.median(np.abs(values))) if values.size else 0.0
+    if level <= 0 or not steps.size:
         return trend
-    share = growth / level
+    if trend.verdict == "leak":
+        growth = float(trend.total_growth) if trend.total_growth is not None else math.nan
+    else:
+        start = trend.onset_step if trend.onset_step is not None else trend.warmup_end_step
+        start = int(steps[0]) if start is None else start
+        upper = trend.slope_ci[1] if trend.slope_ci else None
+        growth = float(upper) * max(int(steps[-1]) - start, 0) if upper is not None else math.nan
+    if not math.isfinite(growth) or growth >= MIN_RELATIVE_GROWTH * level:
+        return trend
+    share = max(growth, 0.0) / level
+    bound = "" if trend.verdict == "leak" else "at most "
     return dataclasses.replace(
         trend,
         verdict="no_leak",
-        reason=(f"{trend.reason}; but that is {share:.2%} of the series' level over the window, "
+        confidence=max(float(trend.confidence), 0.8) if trend.verdict == "inconclusive" else trend.confidence,
+        reason=(f"{trend.reason}; that is {bound}{share:.2%} of the series' level over the window, "
                 f"under the {MIN_RELATIVE_GROWTH:.0%} that tb-leak calls a leak"),
     )
 
@@ -276,11 +292,22 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_GC: 4, ROLE_CONTEXT: 5}
-_KIND_ORDER = {"op": 0, "retracing": 1, "object_type": 2, "tensors": 3, "series": 4, "gc": 5}
+_KIND_ORDER = {"op": 0, "retracing": 1, "object_type": 2, "tensors": 2, "series": 4, "gc": 5}
+
+
+# Hints that name a specific TensorFlow cause rank above those that only say
+# "a container grows" or "something grows".
+_HINT_SPECIFICITY = {"python_container": 1, "objects_generic": 2, None: 3}
 
 
 def _culprit_rank(culprit: Culprit):
-    return (-round(culprit.confidence, 2), _KIND_ORDER.get(culprit.kind, 9), culprit.name)
+    return (
+        -round(culprit.confidence * 20) / 20,
+        _KIND_ORDER.get(culprit.kind, 9),
+        _HINT_SPECIFICITY.get(culprit.hint, 0),
+        -abs(culprit.growth_per_step or 0.0) if culprit.unit != "bytes" else 0.0,
+        culprit.name,
+    )
 
 
 def _leaks(reports):
