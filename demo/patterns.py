@@ -120,18 +120,26 @@ def data_pipeline(run_dir, leaky, steps, profile):
 
 
 def unbounded_cache(run_dir, leaky, steps, profile):
-    """Features cached in a dict keyed by step that is never trimmed."""
+    """A feature store that caches every step's features in a dict never trimmed."""
     import tensorflow as tf
 
+    class FeatureStore:
+        def __init__(self, max_items=None):
+            self.cache = collections.OrderedDict()
+            self.max_items = max_items
+
+        def put(self, key, features):
+            self.cache[key] = (features.numpy(), key)
+            if self.max_items is not None:
+                while len(self.cache) > self.max_items:  # FIX: bounded, oldest out first
+                    self.cache.popitem(last=False)
+
     w = tf.Variable(tf.random.normal([64, 64], stddev=0.05))
-    cache = {} if leaky else collections.OrderedDict()
+    store = FeatureStore(max_items=None if leaky else 32)  # LEAK: no bound
     with _monitor(run_dir, profile) as monitor:
         for step in range(steps):
             features = tf.nn.relu(tf.matmul(tf.random.normal([64, 64]), w))
-            cache[step] = (features.numpy(), step)  # LEAK when nothing ever leaves the cache
-            if not leaky:
-                while len(cache) > 32:  # FIX: a bounded (LRU-style) cache
-                    cache.popitem(last=False)
+            store.put(step, features)
             monitor.sample(step)
 
 

@@ -28,7 +28,7 @@ from tb_leak_plugin.data import RunData, Series
 try:  # A C implementation; the pure-Python fallback only checks lengths.
     import google_crc32c as _crc
 
-    def _masked_crc(data: bytes) -> int:
+    def masked_crc(data: bytes) -> int:
         crc = _crc.value(data)
         return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -36,7 +36,7 @@ try:  # A C implementation; the pure-Python fallback only checks lengths.
 except ImportError:  # pragma: no cover - exercised only without the wheel
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as _masked
 
-    def _masked_crc(data: bytes) -> int:
+    def masked_crc(data: bytes) -> int:
         return _masked(data)
 
     HAVE_FAST_CRC = False
@@ -138,7 +138,7 @@ def iter_records(path: str, warnings: list[str]):
             if len(buffer) - pos < _HEADER.size:
                 return  # clean end, or a header cut short by a live writer
             length, length_crc = _HEADER.unpack_from(buffer, pos)
-            if _masked_crc(buffer[pos : pos + 8]) != length_crc:
+            if masked_crc(buffer[pos : pos + 8]) != length_crc:
                 warnings.append(
                     f"{path}: corrupt record header at byte {base + pos}; "
                     "kept the records before it, skipped the rest of this file"
@@ -157,7 +157,7 @@ def iter_records(path: str, warnings: list[str]):
                 continue
             payload = buffer[pos + _HEADER.size : end - _FOOTER.size]
             (data_crc,) = _FOOTER.unpack_from(buffer, end - _FOOTER.size)
-            if HAVE_FAST_CRC and _masked_crc(payload) != data_crc:
+            if HAVE_FAST_CRC and masked_crc(payload) != data_crc:
                 warnings.append(
                     f"{path}: corrupt record data at byte {base + pos}; "
                     "kept the records before it, skipped the rest of this file"

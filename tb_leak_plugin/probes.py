@@ -20,6 +20,8 @@ import itertools
 import operator
 import sys
 import tracemalloc
+import types
+import weakref
 
 import psutil
 
@@ -309,20 +311,42 @@ def _eager_tensor_type(tf):
 _CONTAINERS = frozenset((list, dict, tuple, set, collections.deque))
 
 
+_UNTRACKED_DEPTH = 3
+
+_NOT_HOLDERS = frozenset((type, types.FunctionType, types.BuiltinFunctionType, types.CodeType,
+                          types.GetSetDescriptorType, types.MemberDescriptorType, types.WrapperDescriptorType,
+                          types.MethodDescriptorType, types.MappingProxyType, types.ModuleType, property,
+                          weakref.ReferenceType))
+
+
+def _untracked_containers(objects) -> list:
+    candidates = list(itertools.compress(objects, map(_CONTAINERS.__contains__, map(type, objects))))
+    return list(itertools.compress(candidates, map(operator.not_, map(gc.is_tracked, candidates))))
+
+
 def _numpy_arrays(ndarray, census: Census) -> tuple[int, int]:
     objects = census.objects
-    holders = list(itertools.compress(objects, map(_CONTAINERS.__contains__, map(type, objects))))
-    # One C call for all referents of the containers (instance __dict__s
-    # are dicts, so attributes are covered).
+    # Everything that can hold an array: containers, instances (their
+    # attributes), cells of closures; not the many types, functions and
+    # descriptors, which would only add referents to scan.
+    holders = list(itertools.compress(
+        objects, map(operator.not_, map(_NOT_HOLDERS.__contains__, map(type, objects)))))
+    # One C call for all referents of the holders.
     referents = gc.get_referents(*holders)
     del holders
-    # The collector untracks tuples (and dicts) that hold only untracked
-    # objects, so `cache[k] = (array, k)` hides the array one level down:
-    # look inside the untracked containers found among the referents too.
-    hidden = [obj for obj in itertools.compress(referents, map(_CONTAINERS.__contains__, map(type, referents)))
-              if not gc.is_tracked(obj)]
-    if hidden:
-        referents = referents + gc.get_referents(*hidden)
+    # The collector untracks tuples and dicts that hold only untracked
+    # objects, so `cache[k] = (array, k)` hides the array one or two levels
+    # down: look inside untracked containers found among the referents.
+    # (A container held only by a running function's local variable is not
+    # reachable this way: the collector does not list running frames' locals,
+    # and reading f_locals would keep the user's locals alive.)
+    hidden = _untracked_containers(referents)
+    for _level in range(_UNTRACKED_DEPTH):
+        if not hidden:
+            break
+        found = gc.get_referents(*hidden)
+        referents.extend(found)
+        hidden = _untracked_containers(found)
     del hidden
     arrays = itertools.compress(referents, map(operator.is_, map(type, referents), itertools.repeat(ndarray)))
     seen: set[int] = set()

@@ -78,10 +78,10 @@ class EventWriter:
     """Writes samples into event files under ``logdir`` without TensorFlow."""
 
     def __init__(self, logdir: str, flush_secs: float = 30.0):
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tb_leak_plugin.event_writer import RecordEventWriter
 
         self.logdir = logdir
-        self._writer = EventFileWriter(logdir, flush_secs=flush_secs, filename_suffix=".tbleak")
+        self._writer = RecordEventWriter(logdir, flush_secs=flush_secs)
         # SeriesInfo -> encoded Summary.Value prefix, once its metadata is out.
         self._prefixes: dict[SeriesInfo, bytes] = {}
 

@@ -292,7 +292,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_GC: 4, ROLE_CONTEXT: 5}
-_KIND_ORDER = {"op": 0, "retracing": 1, "object_type": 2, "tensors": 2, "series": 4, "gc": 5}
+_KIND_ORDER = {"op": 0, "retracing": 1, "object_type": 2, "tensors": 3, "series": 4, "gc": 5}
 
 
 # Hints that name a specific TensorFlow cause rank above those that only say

@@ -44,10 +44,11 @@ import numpy as np
 
 # Long series are reduced to at most this many block medians (2x before blocking).
 MAX_BLOCKS = 512
-# Significance of the growth slope needed for a leak (one-sided).
-ALPHA_LEAK = 1e-3
-# Growth that must remain after allowing one step anywhere in the window (one-sided).
-ALPHA_AFTER_STEP = 1e-2
+# Significance of the growth slope needed for a leak (one-sided). Strict, because
+# the onset is searched for, and because false alarms cost users' trust.
+ALPHA_LEAK = 1e-4
+# Significance of the growth left once the largest single step is allowed for.
+ALPHA_AFTER_STEP = 1e-3
 # Growth over the window must be at least this many noise sd to be called a leak.
 MATERIAL_NOISE_SD = 2.0
 # "no_leak" needs the upper 95% bound of ongoing growth below this many noise sd.
@@ -66,7 +67,10 @@ ONSET_CANDIDATES = 48
 MIN_WINDOW_SHARE = 0.2
 MIN_WINDOW_POINTS = 10
 # Cycle floors needed before a sawtooth series can be judged.
-MIN_CYCLES = 5
+MIN_CYCLES = 4
+# A saturating fit replaces the hinge when it lowers the RSS by this many noise variances.
+SATURATION_PENALTY = 10.0
+SATURATION_TAUS = 16
 # Raw points used to estimate the noise of long series.
 NOISE_SUBSAMPLE = 20_000
 
@@ -137,16 +141,22 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
             return _too_few_cycles(n, dropped, unit, t_an.size, steps_f)
     else:
         t_an, y_an = t_blk, y_blk
-    ev = _evidence(t_an, y_an)
+    an = _analyse(t_an, y_an)
 
-    # Noise in the user's unit: raw residuals around the fit (floors for sawtooth).
+    # Noise in the user's unit: raw residuals around the fit (cycle floors for sawtooth).
     if sawtooth or t_an.size == n:
-        noise = ev.resid_sd
+        noise = an.resid_sd
     else:
-        noise = _raw_noise(steps_f, values_f, ev)
+        noise = _raw_noise(steps_f, values_f, an)
     noise_floor = max(noise, 1e-9 * max(abs(float(np.median(y_an))), 1.0))
-    steps_per_second = _steps_per_second(steps_f, walls_f, ev.t_onset)
-    return _decide(ev, n, dropped, unit, noise, noise_floor, steps_per_second,
+    if sawtooth:
+        # Samples land at a different point of each cycle (the sampling interval
+        # beats against the period), so a floor can drift by up to one ramp
+        # step between samples with no leak at all: that much is noise.
+        rises = np.delete(np.diff(y_blk), resets - 1)
+        noise_floor = max(noise_floor, float(np.median(rises)))
+    steps_per_second = _steps_per_second(steps_f, walls_f, an.t_onset)
+    return _decide(an, n, dropped, unit, noise, noise_floor, steps_per_second,
                    available_bytes, sawtooth, steps_f)
 
 
@@ -233,60 +243,93 @@ def _find_resets(y):
 
 
 def _cycle_floors(t, y, resets):
-    """One point per reset cycle: its start step and its minimum value."""
-    starts = np.concatenate(([0], resets))
-    return t[starts], np.minimum.reduceat(y, starts)
+    """One point per reset cycle: its start step and its minimum value.
+
+    Points before the first reset are left out: that cycle may start mid-ramp
+    or in the warm-up, so its minimum is not a floor.
+    """
+    return t[resets], np.minimum.reduceat(y[resets[0]:], resets - resets[0])
 
 
 # --------------------------------------------------------------------------- fitting
 
 
 @dataclasses.dataclass
-class _Evidence:
-    """Fits on the analysed points (block medians or cycle floors), in the user's units."""
+class _Regression:
+    """Least squares with the slope's variance widened for AR(1) residuals."""
+
+    beta: np.ndarray
+    se: np.ndarray        # per coefficient, autocorrelation-aware
+    df: float             # effective degrees of freedom
+    resid: np.ndarray
+    sigma2: float
+    inflation: float      # (1 + rho) / (1 - rho)
+
+    def p_positive(self, j=1):
+        """One-sided p-value that coefficient j is > 0."""
+        b, se = float(self.beta[j]), float(self.se[j])
+        if not se > 0 or not math.isfinite(se):
+            return 0.0 if b > 0 and se == 0 else 1.0
+        return _t_sf(b / se, self.df)
+
+
+def _regress(x_cols, y):
+    """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd."""
+    design = np.column_stack([np.ones(y.size)] + list(x_cols))
+    k = design.shape[1]
+    beta = np.linalg.lstsq(design, y, rcond=None)[0]
+    resid = y - design @ beta
+    s = _robust_sd(resid)
+    if s > 0:
+        # Spikes (a GC pause, a logging hiccup) must not drive the slope.
+        fit = design @ beta
+        y = np.clip(y, fit - 3 * s, fit + 3 * s)
+        beta = np.linalg.lstsq(design, y, rcond=None)[0]
+        resid = y - design @ beta
+    rho = _ar1(resid)
+    inflation = (1 + rho) / (1 - rho)
+    dof = max(y.size - k, 1)
+    sigma2 = float(resid @ resid) / dof
+    try:
+        cov = np.linalg.inv(design.T @ design)
+        se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)
+    except np.linalg.LinAlgError:
+        se = np.full(k, math.inf)
+    return _Regression(beta, se, max(1.0, dof / inflation), resid, sigma2, inflation)
+
+
+@dataclasses.dataclass
+class _Analysis:
+    """What the fits say about the analysed points, in the user's unit and steps."""
 
     t: np.ndarray
-    y: np.ndarray
-    w_idx: int            # first point after warm-up
-    c_idx: int            # first point of the growth window (onset)
     t_warmup: float
+    w_idx: int
+    model: str            # "hinge" (flat, then linear) or "saturating" (plateau approach + linear)
     t_onset: float
     t_end: float
     level: float          # fitted value at onset
-    slope: float          # per step, hinge fit
+    slope: float          # per step
     slope_se: float
     df: float
     p: float
-    rho: float
-    resid_sd: float       # robust sd of the fit residuals, in unit
-    line_slope: float     # line over the post-warm-up window
-    line_se: float
-    line_df: float
-    line_level: float
-    tail_slope: float
-    tail_se: float
-    tail_df: float
-    step_slope: float     # slope after allowing one step in the growth window
-    step_se: float
-    step_df: float
-    step_p: float
-    step_height: float
-    step_height_se: float
-    step_t: float
-    window_points: int
+    resid_sd: float
+    predict: object       # steps -> fitted values, for residual noise on raw samples
+    line: tuple           # (level at warm-up end, slope, se, df) over the post-warm-up window
+    tail: tuple | None    # (slope, se, df) over the last TAIL_FRACTION of the growth window
+    step: dict | None     # one-step explanation of the growth window, see _step_test
+    whole_saturation: tuple | None  # (slope, se, df, p) if the whole series is one filling
 
 
-def _evidence(t, y):
-    """Fit warm-up cut, onset hinge, tail and one-step models to the analysed points."""
-    m = y.size
+def _analyse(t, y):
+    """Warm-up cut, growth model (hinge or saturating), tail and step checks."""
     t0, span = float(t[0]), float(t[-1] - t[0])
     span = span if span > 0 else 1.0
-    ts = (t - t0) / span
     center = float(np.median(y))
-    yscale = _robust_sd(y - center)
-    if yscale <= 0:
-        yscale = float(np.std(y)) or 1.0
-    ys = (y - center) / yscale
+    yscale = _robust_sd(y - center) or float(np.std(y)) or 1.0
+    # Everything below works on steps in [0, 1] and values in robust-sd units.
+    ts, ys = (t - t0) / span, (y - center) / yscale
+    to_slope = yscale / span
 
     w = _warmup_end(ts, ys)
     tw, yw = ts[w:], ys[w:]
@@ -295,55 +338,114 @@ def _evidence(t, y):
     last_c = max(0, mw - min_window)
     cands = np.unique(np.linspace(0, last_c, min(ONSET_CANDIDATES, last_c + 1)).astype(int))
     rss = _hinge_rss(tw, yw, cands)
-    c_rel = int(cands[int(np.argmin(rss))])
+    best = int(np.argmin(rss))
+    c_rel = int(cands[best])
+    hinge = _regress([np.maximum(0.0, tw - tw[c_rel])], yw)
+    line = _regress([tw - tw[0]], yw)
 
-    a, b, resid = _robust_line(np.maximum(0.0, tw - tw[c_rel]), yw)
-    rho = _ar1(resid)
-    infl = (1 + rho) / (1 - rho)
-    sigma2 = float(resid @ resid) / max(mw - 2, 1)
-    x = np.maximum(0.0, tw - tw[c_rel])
-    sxx = float(np.sum((x - x.mean()) ** 2))
-    se = math.sqrt(sigma2 * infl / sxx) if sxx > 0 else math.inf
-    df = max(1.0, (mw - 2) / infl)
-    p = _t_sf(b / se, df) if se > 0 and math.isfinite(se) else (0.0 if b > 0 else 1.0)
+    # A saturating fit replaces the hinge only when it is clearly better.
+    sat = _saturation(tw, yw, 0.5)
+    if sat is not None and (float(rss[best]) - sat[1]
+                            < SATURATION_PENALTY * sat[2].sigma2 * sat[2].inflation):
+        sat = None
+    whole = _whole_saturation(ts, ys, w, hinge, to_slope) if w > 0 else None
+    tg, yg = tw, yw
+    if sat is not None:
+        tau, _, fit = sat
+        start, model = w, "saturating"
+        a, b, amp = (float(v) for v in fit.beta)
+        ts0 = float(ts[start])
+        # The tail and step checks look at what is left once the filling is removed.
+        yg = yg - amp * (1 - np.exp(-(tg - ts0) / tau))
 
-    # Line over the whole post-warm-up window: the basis for "no material growth".
-    la, lb, lres = _robust_line(tw - tw[0], yw)
-    lrho = _ar1(lres)
-    linfl = (1 + lrho) / (1 - lrho)
-    lsxx = float(np.sum((tw - tw.mean()) ** 2))
-    lsig2 = float(lres @ lres) / max(mw - 2, 1)
-    lse = math.sqrt(lsig2 * linfl / lsxx) if lsxx > 0 else math.inf
-    ldf = max(1.0, (mw - 2) / linfl)
-
-    # Tail of the growth window: does growth persist to the end?
-    tc = tw[c_rel]
-    tail = tw >= tc + (1 - TAIL_FRACTION) * (tw[-1] - tc)
-    if np.count_nonzero(tail) >= 5:
-        tt, yt = tw[tail], yw[tail]
-        tsxx = float(np.sum((tt - tt.mean()) ** 2))
-        tb_ = float(np.sum((tt - tt.mean()) * (yt - yt.mean())) / tsxx) if tsxx > 0 else 0.0
-        tse = math.sqrt(sigma2 * infl / tsxx) if tsxx > 0 else math.inf
-        tdf = max(1.0, (tt.size - 2) / infl)
+        def predict(steps):
+            x = (steps - t0) / span - ts0
+            xp = np.maximum(x, 0.0)
+            return center + yscale * (a + b * x + amp * (1 - np.exp(-xp / tau)))
     else:
-        tb_, tse, tdf = b, math.inf, 1.0
+        start, model, fit = w + c_rel, "hinge", hinge
+        a, b = (float(v) for v in fit.beta)
+        tc = float(tw[c_rel])
 
-    step = _one_step_fit(tw[c_rel:], yw[c_rel:])
+        def predict(steps):
+            return center + yscale * (a + b * np.maximum(0.0, (steps - t0) / span - tc))
+    slope = float(fit.beta[1]) * to_slope
+    t_onset, t_end = float(t[start]), float(t[-1])
+    # The chart's trend line ends on the fitted end value and has the leak's slope.
+    level = float(predict(np.array([t_end]))[0]) - slope * (t_end - t_onset)
 
-    to_unit = yscale / span
-    resid_sd = _robust_sd(resid) * yscale
-    return _Evidence(
-        t=t, y=y, w_idx=w, c_idx=w + c_rel,
-        t_warmup=float(t[w]), t_onset=float(t[w + c_rel]), t_end=float(t[-1]),
-        level=center + a * yscale, slope=b * to_unit, slope_se=se * to_unit, df=df, p=p,
-        rho=rho, resid_sd=resid_sd,
-        line_slope=lb * to_unit, line_se=lse * to_unit, line_df=ldf,
-        line_level=center + la * yscale,
-        tail_slope=tb_ * to_unit, tail_se=tse * to_unit, tail_df=tdf,
-        step_slope=step[0] * to_unit, step_se=step[1] * to_unit, step_df=step[2],
-        step_p=step[3], step_height=step[4] * yscale, step_height_se=step[5] * yscale,
-        step_t=t0 + step[6] * span, window_points=int(m - (w + c_rel)),
-    )
+    tg, yg = tg[start - w:], yg[start - w:]
+    tail = None
+    in_tail = tg >= tg[0] + (1 - TAIL_FRACTION) * (tg[-1] - tg[0])
+    in_tail[-5:] = True
+    if tg.size >= 8:
+        tt, yt = tg[in_tail], yg[in_tail]
+        tsxx = float(np.sum((tt - tt.mean()) ** 2))
+        if tsxx > 0:
+            tb = float(np.sum((tt - tt.mean()) * (yt - yt.mean()))) / tsxx
+            tse = math.sqrt(fit.sigma2 * fit.inflation / tsxx)
+            tail = (tb * to_slope, tse * to_slope, max(1.0, (tt.size - 2) / fit.inflation))
+    step = _step_test(tg, yg)
+    if step is not None:
+        step.update(height=step["height"] * yscale, height_se=step["height_se"] * yscale,
+                    t_step=t0 + step["t_step"] * span, after_slope=step["after_slope"] * to_slope,
+                    after_se=step["after_se"] * to_slope)
+    return _Analysis(
+        t=t, t_warmup=float(t[w]), w_idx=w, model=model,
+        t_onset=t_onset, t_end=t_end, level=level, slope=slope,
+        slope_se=float(fit.se[1]) * to_slope, df=fit.df, p=fit.p_positive(1),
+        resid_sd=_robust_sd(fit.resid) * yscale, predict=predict,
+        line=(center + float(line.beta[0]) * yscale, float(line.beta[1]) * to_slope,
+              float(line.se[1]) * to_slope, line.df),
+        tail=tail, step=step, whole_saturation=whole)
+
+
+def _whole_saturation(ts, ys, w, hinge, to_slope):
+    """The remaining growth if the whole series, warm-up included, is one filling cache.
+
+    The warm-up cut can throw away the fast early part of a slowly filling
+    cache, the very evidence that it slows down; this looks at everything.
+    Fits line + A*(1 - exp(-x/tau)) for a grid of tau and keeps every tau that
+    fits about as well as the best (the time constant is poorly determined,
+    and trades off against the line's slope). Returns (slope, se, df, p) in
+    the user's unit per step for the plausible tau least favourable to a leak,
+    or None when the series is not clearly such a curve (no significant
+    filling term, or residuals larger than the hinge's after the cut).
+    """
+    m = ys.size
+    if m < 12:
+        return None
+    x = ts - ts[0]
+    taus = np.geomspace(max(1.0 / m, 1.0 / 500), 0.3, 2 * SATURATION_TAUS)
+    design = np.stack(np.broadcast_arrays(
+        np.ones(m)[None, :], x[None, :], 1.0 - np.exp(-x[None, :] / taus[:, None])), axis=2)
+    xtx = np.einsum("tmi,tmj->tij", design, design)
+    try:
+        inv = np.linalg.inv(xtx)
+    except np.linalg.LinAlgError:
+        return None
+    beta = np.einsum("tij,tj->ti", inv, np.einsum("tmi,m->ti", design, ys))
+    resid = ys[None, :] - np.einsum("tmi,ti->tm", design, beta)
+    rss = np.einsum("tm,tm->t", resid, resid)
+    r1 = np.einsum("tm,tm->t", resid[:, 1:], resid[:, :-1]) / np.maximum(rss, 1e-300)
+    rho = np.clip(r1 + (1 + 3 * np.maximum(r1, 0.0)) / m, 0.0, 0.995)
+    inflation = (1 + rho) / (1 - rho)
+    var = np.einsum("tii->ti", inv) * (rss / (m - 3) * inflation)[:, None]
+    se = np.sqrt(np.maximum(var, 0.0))
+    best = int(np.argmin(rss))
+    hinge_var = float(np.mean(hinge.resid ** 2))
+    keep = ((rss <= rss[best] * (1 + 4 * inflation[best] / (m - 3)))
+            & (beta[:, 2] > 4 * se[:, 2])
+            & (rss / m <= 1.3 * hinge_var)
+            & (np.mean(resid[:, w:] ** 2, axis=1) <= 1.15 * hinge_var))
+    if not np.any(keep):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_stat = np.where(se[:, 1] > 0, beta[:, 1] / se[:, 1], np.inf)
+    pick = int(np.argmin(np.where(keep, t_stat, np.inf)))
+    df = max(1.0, (m - 3) / float(inflation[pick]))
+    return (float(beta[pick, 1]) * to_slope, float(se[pick, 1]) * to_slope, df,
+            _t_sf(float(t_stat[pick]), df))
 
 
 def _warmup_end(ts, ys):
@@ -363,14 +465,13 @@ def _warmup_end(ts, ys):
     sty = np.cumsum((ts * ys)[rev])[rev]
     syy = np.cumsum((ys * ys)[rev])[rev]
     dmax = min(m // 2, m - 8)
-    s0, st, sy, stt, sty, syy = (a[: dmax + 1] for a in (s0, st, sy, stt, sty, syy))
+    s0, st, sy, stt, sty, syy = (v[: dmax + 1] for v in (s0, st, sy, stt, sty, syy))
     ctt = stt - st * st / s0
     cty = sty - st * sy / s0
     cyy = syy - sy * sy / s0
     with np.errstate(divide="ignore", invalid="ignore"):
-        rss = np.where(ctt > 0, cyy - cty * cty / ctt, cyy)
-    rss = np.maximum(rss, 0.0)
-    return int(np.argmin(rss / (s0 * s0)))
+        rss = np.where(ctt > 0, cyy - cty * cty / np.where(ctt > 0, ctt, 1.0), cyy)
+    return int(np.argmin(np.maximum(rss, 0.0) / (s0 * s0)))
 
 
 def _hinge_rss(tw, yw, cands):
@@ -380,80 +481,92 @@ def _hinge_rss(tw, yw, cands):
     yc = yw - yw.mean()
     sxx = np.einsum("ij,ij->i", xc, xc)
     sxy = xc @ yc
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rss = float(yc @ yc) - np.where(sxx > 0, sxy * sxy / sxx, 0.0)
-    return rss
+    return float(yc @ yc) - np.where(sxx > 0, sxy * sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
 
 
-def _robust_line(x, y):
-    """Least squares y = a + b*x after winsorizing at 3 robust sd; (a, b, residuals)."""
-    a, b = _ols(x, y)
-    resid = y - a - b * x
-    s = _robust_sd(resid)
-    if s > 0:
-        fit = a + b * x
-        y = np.clip(y, fit - 3 * s, fit + 3 * s)
-        a, b = _ols(x, y)
-        resid = y - a - b * x
-    return a, b, resid
+def _saturation(tw, yw, tau_max):
+    """Best line + plateau approach, y = a + b*x + A*(1 - exp(-x/tau)) with A > 0.
+
+    A cache that fills slows down until it stops; a leak keeps its rate. The
+    growth that remains once the filling is accounted for is b.
+    ``tau_max`` bounds tau as a share of the window: a longer time constant is
+    indistinguishable from a line within the window.
+    Returns (tau, rss, regression) or None when no concave fit exists.
+    """
+    m = yw.size
+    x = tw - tw[0]
+    length = float(x[-1])
+    if m < 12 or length <= 0:
+        return None
+    taus = np.geomspace(max(length / m, length / 500), tau_max * length, SATURATION_TAUS)
+    g = 1.0 - np.exp(-x[None, :] / taus[:, None])
+    xc = x - x.mean()
+    sxx = float(xc @ xc)
+    yc = yw - yw.mean()
+    yr = yc - (float(xc @ yc) / sxx) * xc
+    gc = g - g.mean(axis=1, keepdims=True)
+    gr = gc - ((gc @ xc) / sxx)[:, None] * xc[None, :]
+    sgg = np.einsum("ij,ij->i", gr, gr)
+    sgy = gr @ yr
+    ok = (sgg > 1e-12) & (sgy > 0)
+    if not np.any(ok):
+        return None
+    rss = np.where(ok, float(yr @ yr) - sgy * sgy / np.where(ok, sgg, 1.0), np.inf)
+    best = int(np.argmin(rss))
+    return float(taus[best]), float(rss[best]), _regress([x, g[best]], yw)
 
 
-def _ols(x, y):
-    xm, ym = float(x.mean()), float(y.mean())
-    sxx = float(np.sum((x - xm) ** 2))
-    b = float(np.sum((x - xm) * (y - ym)) / sxx) if sxx > 0 else 0.0
-    return ym - b * xm, b
+def _step_test(t, y):
+    """Does one step explain the growth window better than a line?
 
-
-def _one_step_fit(t, y):
-    """Best line + one step; returns the slope evidence left after the step.
-
-    (slope, slope_se, df, p, height, height_se, step_t), all in scaled units.
+    Compares a flat-step-flat fit with a line (same number of parameters), and
+    measures the slope that remains when a line and one step are fitted together.
+    Returns None when the window is too short to tell, else a dict in scaled units.
     """
     m = y.size
-    if m < 10:
-        return (0.0, math.inf, 1.0, 1.0, 0.0, math.inf, float(t[0]) if m else 0.0)
-    cands = np.unique(np.linspace(3, m - 3, min(ONSET_CANDIDATES, m - 5)).astype(int))
-    xc = t - t.mean()
+    if m < 6:
+        return None
+    cands = np.unique(np.linspace(2, m - 2, min(ONSET_CANDIDATES, m - 3)).astype(int))
     yc = y - y.mean()
+    csum = np.cumsum(yc)
+    left = csum[cands - 1]
+    # Step-only RSS per candidate: total minus what the two segment means explain.
+    explained = left * left / cands + left * left / (m - cands)
+    rss_step = float(yc @ yc) - explained
+    s_best = int(cands[int(np.argmin(rss_step))])
+    xc = t - t.mean()
     sxx = float(xc @ xc)
-    b0 = float(xc @ yc) / sxx
-    yr = yc - b0 * xc
+    rss_line = float(yc @ yc) - (float(xc @ yc) ** 2 / sxx if sxx > 0 else 0.0)
+
+    # Line + step: the step placed where it takes the most slope away from the line.
     z = (np.arange(m)[None, :] >= cands[:, None]).astype(np.float64)
     zc = z - z.mean(axis=1, keepdims=True)
-    bz = (zc @ xc) / sxx
-    zr = zc - bz[:, None] * xc[None, :]
+    zr = zc - ((zc @ xc) / sxx)[:, None] * xc[None, :] if sxx > 0 else zc
+    yr = yc - (float(xc @ yc) / sxx) * xc if sxx > 0 else yc
     szz = np.einsum("ij,ij->i", zr, zr)
-    szy = zr @ yr
-    gain = np.where(szz > 0, szy * szy / np.maximum(szz, 1e-300), 0.0)
-    best = int(np.argmax(gain))
-    h = float(szy[best] / szz[best]) if szz[best] > 0 else 0.0
-    b = b0 - h * float(bz[best])
-    resid = yr - h * zr[best]
-    rho = _ar1(resid)
-    infl = (1 + rho) / (1 - rho)
-    sigma2 = float(resid @ resid) / max(m - 3, 1)
-    sxz = float(xc @ zc[best])
-    szz_c = float(zc[best] @ zc[best])
-    denom_b = sxx - (sxz * sxz / szz_c if szz_c > 0 else 0.0)
-    denom_h = szz[best]
-    se_b = math.sqrt(sigma2 * infl / denom_b) if denom_b > 0 else math.inf
-    se_h = math.sqrt(sigma2 * infl / denom_h) if denom_h > 0 else math.inf
-    df = max(1.0, (m - 3) / infl)
-    p = _t_sf(b / se_b, df) if se_b > 0 and math.isfinite(se_b) else (0.0 if b > 0 else 1.0)
-    return (b, se_b, df, p, h, se_h, float(t[cands[best]]))
+    gain = np.where(szz > 0, (zr @ yr) ** 2 / np.where(szz > 0, szz, 1.0), 0.0)
+    s_joint = int(cands[int(np.argmax(gain))])
+    joint = _regress([t - t[0], (np.arange(m) >= s_joint).astype(np.float64)], y)
+    only = _regress([(np.arange(m) >= s_best).astype(np.float64)], y)
+    return {
+        "step_better": bool(float(np.min(rss_step)) < rss_line),
+        "height": float(only.beta[1]), "height_se": float(only.se[1]),
+        "t_step": float(t[s_best]),
+        "after_slope": float(joint.beta[1]), "after_se": float(joint.se[1]),
+        "after_df": joint.df, "after_p": joint.p_positive(1),
+    }
 
 
 def _ar1(resid):
-    """Lag-1 autocorrelation of residuals, corrected for its small-sample bias, in [0, 0.995]."""
+    """Lag-1 autocorrelation of residuals, bias-corrected, in [0, 0.995]."""
     m = resid.size
     denom = float(resid @ resid)
     if m < 4 or denom <= 0:
         return 0.0
     r1 = float(resid[1:] @ resid[:-1]) / denom
-    # Fitted residuals understate autocorrelation by about (1 + 3*rho)/m (Kendall),
-    # plus 1/m for the fitted slope.
-    r1 = r1 + (2 + 3 * max(r1, 0.0)) / m
+    if m >= 12:
+        # Fitted residuals understate autocorrelation by about (1 + 3*rho)/m (Kendall).
+        r1 += (1 + 3 * max(r1, 0.0)) / m
     return min(max(r1, 0.0), 0.995)
 
 
@@ -463,24 +576,21 @@ def _robust_sd(x):
     return _MAD_TO_SD * float(np.median(np.abs(x - np.median(x))))
 
 
-def _raw_noise(t, y, ev):
-    """Robust sd of raw samples around the fitted hinge, on a strided subsample."""
-    start = int(np.searchsorted(t, ev.t_warmup))
+def _raw_noise(t, y, an):
+    """Robust sd of raw samples around the fitted model, on a strided subsample."""
+    start = int(np.searchsorted(t, an.t_warmup))
     tr, yr = t[start:], y[start:]
     stride = max(1, tr.size // NOISE_SUBSAMPLE)
     tr, yr = tr[::stride], yr[::stride]
-    fit = ev.level + ev.slope * np.maximum(0.0, tr - ev.t_onset)
-    return _robust_sd(yr - fit)
+    return _robust_sd(yr - an.predict(tr))
 
 
 def _steps_per_second(t, w, t_from):
     """Training speed over the analysed window: median of per-interval step rates."""
     if w is None:
         return None
-    sel = t >= t_from
+    sel = (t >= t_from) & np.isfinite(w)
     tt, ww = t[sel], w[sel]
-    ok = np.isfinite(ww)
-    tt, ww = tt[ok], ww[ok]
     if tt.size < 2:
         return None
     stride = max(1, tt.size // 2000)
@@ -497,120 +607,150 @@ def _steps_per_second(t, w, t_from):
 # --------------------------------------------------------------------------- verdict
 
 
-def _decide(ev, n, dropped, unit, noise, noise_floor, sps, available_bytes, sawtooth, steps):
-    window = ev.t_end - ev.t_onset
-    growth = ev.slope * window
-    growth_se = ev.slope_se * window
+def _decide(an, n, dropped, unit, noise, noise_floor, sps, available_bytes, sawtooth, steps):
+    window = an.t_end - an.t_onset
+    growth = an.slope * window
+    growth_se = an.slope_se * window
     material = MATERIAL_NOISE_SD * noise_floor
     no_leak_bound = NO_LEAK_NOISE_SD * noise_floor
-    t975 = _t_ppf(0.975, ev.df)
 
-    significant = ev.slope > 0 and ev.p < ALPHA_LEAK
+    significant = an.slope > 0 and an.p < ALPHA_LEAK
     is_material = growth >= material
-    tail_t = _t_ppf(0.99, ev.tail_df)
-    stopped = ev.tail_slope + tail_t * ev.tail_se < STOPPED_SLOPE_RATIO * ev.slope
-    weak_tail = ev.tail_slope < TAIL_MIN_RATIO * ev.slope
-    step_window = ev.t_end - ev.t_onset
-    survives_step = (ev.step_slope > 0 and ev.step_p < ALPHA_AFTER_STEP
-                     and ev.step_slope * step_window >= 0.5 * material)
-    p_value = max(ev.p, ev.step_p) if significant else ev.p
+    stopped = weak_tail = False
+    if an.tail is not None:
+        t_slope, t_se, t_df = an.tail
+        stopped = t_slope + _t_ppf(0.99, t_df) * t_se < STOPPED_SLOPE_RATIO * an.slope
+        weak_tail = t_slope < TAIL_MIN_RATIO * an.slope
+    st = an.step
+    step_better = st is not None and st["step_better"]
+    survives_step = not step_better or (
+        st["after_slope"] > 0 and st["after_p"] < ALPHA_AFTER_STEP
+        and st["after_slope"] * window >= 0.5 * material)
+    p_value = max(an.p, st["after_p"]) if step_better else an.p
+    ws = an.whole_saturation
+    filling = ws is not None and not (ws[3] < ALPHA_LEAK and ws[0] * window >= material)
+    if filling:
+        p_value = max(p_value, ws[3])
 
     samples_note = _samples_note(n, dropped)
-    window_samples = _samples_since(steps, ev.t_onset)
     common = dict(samples=n, noise=noise, unit=unit, dropped_samples=dropped)
 
-    if significant and is_material and not stopped and not weak_tail and survives_step:
-        lo = ev.slope - t975 * ev.slope_se
-        hi = ev.slope + t975 * ev.slope_se
-        conf = min(1.0 - p_value, _t_cdf((growth - material) / max(growth_se, 1e-300), ev.df))
-        per_hour = ev.slope * sps * 3600.0 if sps else None
+    if (significant and is_material and not stopped and not weak_tail and survives_step
+            and not filling):
+        t975 = _t_ppf(0.975, an.df)
+        lo, hi = an.slope - t975 * an.slope_se, an.slope + t975 * an.slope_se
+        conf = min(1.0 - p_value, _t_cdf((growth - material) / max(growth_se, 1e-300), an.df))
         sec_ex = steps_ex = None
-        if unit == "bytes" and available_bytes is not None and ev.slope > 0:
-            try:
-                avail = float(available_bytes)
-            except (TypeError, ValueError):
-                avail = math.nan
+        if unit == "bytes" and available_bytes is not None:
+            avail = _as_float(available_bytes)
             if math.isfinite(avail) and avail >= 0:
-                steps_ex = avail / ev.slope
+                steps_ex = avail / an.slope
                 sec_ex = steps_ex / sps if sps else None
-        reason = (f"{'floor ' if sawtooth else ''}grows {_fmt(ev.slope, unit)}/step "
+        where = " across buffer resets" if sawtooth else ""
+        if an.model == "saturating":
+            where += " (beyond a cache filling up)"
+        reason = (f"{'floor ' if sawtooth else ''}grows {_fmt(an.slope, unit)}/step "
                   f"(95% CI {_fmt(lo, unit)}-{_fmt(hi, unit)}) over the last "
-                  f"{window_samples} of {n} samples since step {int(ev.t_onset)}"
-                  f"{' across buffer resets' if sawtooth else ''}{samples_note}")
+                  f"{_samples_since(steps, an.t_onset)} of {n} samples since step "
+                  f"{int(an.t_onset)}{where}{samples_note}")
         return TrendResult(
-            verdict="leak", confidence=_clip01(conf), slope_per_step=ev.slope,
-            slope_ci=(lo, hi), slope_per_hour=per_hour, p_value=p_value,
-            onset_step=int(ev.t_onset), warmup_end_step=_warmup_step(ev),
+            verdict="leak", confidence=_clip01(conf), slope_per_step=an.slope,
+            slope_ci=(lo, hi), slope_per_hour=an.slope * sps * 3600.0 if sps else None,
+            p_value=p_value, onset_step=int(an.t_onset), warmup_end_step=_warmup_step(an),
             total_growth=growth, seconds_to_exhaustion=sec_ex, steps_to_exhaustion=steps_ex,
-            fit=_fit_dict(ev.t_onset, ev.t_end, ev.level, ev.slope, lo, hi),
-            reason=reason, shape="resets-leak" if sawtooth else "growth", **common)
+            fit=_fit_dict(an.t_onset, an.t_end, an.level, an.slope, lo, hi),
+            reason=reason, shape="resets+growth" if sawtooth else an.model, **common)
 
-    # Not a leak. Say "no_leak" only when ongoing growth is bounded below the noise.
-    line_window = ev.t_end - ev.t_warmup
-    lt = _t_ppf(0.975, ev.line_df)
-    line_ub = (ev.line_slope + _t_ppf(0.95, ev.line_df) * ev.line_se) * line_window
-    bounds = [("flat", line_ub, ev.line_slope, ev.line_se * line_window, ev.line_df)]
-    if significant and stopped:
-        tail_ub = (ev.tail_slope + _t_ppf(0.95, ev.tail_df) * ev.tail_se) * window
-        bounds.append(("stopped", tail_ub, ev.tail_slope, ev.tail_se * window, ev.tail_df))
-    step_is_real = ev.step_height > 0 and ev.step_height > 4 * ev.step_height_se
-    if significant and not survives_step and step_is_real:
-        step_ub = (ev.step_slope + _t_ppf(0.95, ev.step_df) * ev.step_se) * step_window
-        bounds.append(("step", step_ub, ev.step_slope, ev.step_se * step_window, ev.step_df))
-    kind, ub, b_used, g_se, g_df = min(bounds, key=lambda x: x[1])
-    g_hat = b_used * (line_window if kind == "flat" else window)
-    conf_clean = _t_cdf((no_leak_bound - g_hat) / max(g_se, 1e-300), g_df)
-    line_lo, line_hi = ev.line_slope - lt * ev.line_se, ev.line_slope + lt * ev.line_se
-    fit = _fit_dict(ev.t_warmup, ev.t_end, ev.line_level, ev.line_slope, line_lo, line_hi)
-    base = dict(slope_per_step=ev.line_slope, slope_ci=(line_lo, line_hi),
-                slope_per_hour=ev.line_slope * sps * 3600.0 if sps else None,
-                onset_step=None, warmup_end_step=_warmup_step(ev),
-                total_growth=ev.line_slope * line_window, seconds_to_exhaustion=None,
-                steps_to_exhaustion=None, fit=fit, **common)
-    if kind in ("stopped", "step"):
-        p_value = max(p_value, ev.step_p if kind == "step" else
-                      _t_sf(ev.tail_slope / ev.tail_se, ev.tail_df) if ev.tail_se > 0 else 1.0)
+    # Not a leak. Say "no_leak" only when some explanation bounds the ongoing
+    # growth below the noise; otherwise the data cannot tell.
+    l_level, l_slope, l_se, l_df = an.line
+    line_window = an.t_end - an.t_warmup
+    # Significant growth that no structure explains is never called "no_leak",
+    # however small against the noise: the noise may be the thing that is wrong.
+    explanations = {} if significant else {"flat": (l_slope, l_se, l_df, line_window)}
+    if an.model == "saturating":
+        explanations["saturating"] = (an.slope, an.slope_se, an.df, window)
+    elif filling:
+        explanations["saturating"] = ws[:3] + (window,)
+    if an.tail is not None and stopped:
+        explanations["stopped"] = an.tail + (window,)
+    if step_better and st["height"] > 4 * st["height_se"]:
+        explanations["step"] = (st["after_slope"], st["after_se"], st["after_df"], window)
+    bounded = {}
+    for kind, (b, se, df, span) in explanations.items():
+        upper = (b + _t_ppf(0.95, df) * se) * span
+        if upper < no_leak_bound:
+            conf = _t_cdf((no_leak_bound - b * span) / max(se * span, 1e-300), df)
+            bounded[kind] = (upper, conf)
+    lt = _t_ppf(0.975, l_df)
+    line_lo, line_hi = l_slope - lt * l_se, l_slope + lt * l_se
+    base = dict(slope_per_step=l_slope, slope_ci=(line_lo, line_hi),
+                slope_per_hour=l_slope * sps * 3600.0 if sps else None,
+                onset_step=None, warmup_end_step=_warmup_step(an),
+                total_growth=l_slope * line_window, seconds_to_exhaustion=None,
+                steps_to_exhaustion=None,
+                fit=_fit_dict(an.t_warmup, an.t_end, l_level, l_slope, line_lo, line_hi),
+                **common)
 
-    if ub < no_leak_bound:
-        if kind == "stopped":
-            reason = (f"grew until about step {int(ev.t_onset + (1 - TAIL_FRACTION) * window)}, "
-                      f"then stopped: at most {_fmt(max(ub, 0.0), unit)} more over the last "
-                      f"{_samples_since(steps, ev.t_end - TAIL_FRACTION * window)} samples "
-                      f"(a cache or pool that filled)")
-        elif kind == "step":
-            reason = (f"one-off step of {_fmt(ev.step_height, unit)} near step "
-                      f"{int(ev.step_t)}; no material growth before or after it")
+    for kind in ("step", "saturating", "stopped", "flat"):
+        if kind not in bounded:
+            continue
+        upper, conf = bounded[kind]
+        upper_txt = _fmt(max(upper, 0.0), unit)
+        if kind == "step":
+            p_value = max(p_value, st["after_p"])
+            reason = (f"one-off step of {_fmt(st['height'], unit)} near step "
+                      f"{int(st['t_step'])}; at most {upper_txt} growth besides it")
+        elif kind == "saturating":
+            reason = (f"growth slows to a plateau (a cache or buffer filling up); "
+                      f"at most {upper_txt} ongoing growth over the last "
+                      f"{_samples_since(steps, an.t_onset)} samples")
+        elif kind == "stopped":
+            t_slope, t_se, t_df = an.tail
+            p_value = max(p_value, _t_sf(t_slope / t_se, t_df) if t_se > 0 else 1.0)
+            reason = (f"grew until about step {int(an.t_end - TAIL_FRACTION * window)}, "
+                      f"then stopped: at most {upper_txt} more over the last "
+                      f"{_samples_since(steps, an.t_end - TAIL_FRACTION * window)} samples")
         elif sawtooth:
-            reason = (f"periodic resets ({ev.t.size} cycles); the floor grows at most "
-                      f"{_fmt(max(ub, 0.0), unit)} over the run")
+            reason = (f"periodic resets ({an.t.size} cycles); the floor grows at most "
+                      f"{upper_txt} over the run")
         else:
-            reason = (f"no material growth: at most {_fmt(max(ub, 0.0), unit)} over the last "
-                      f"{_samples_since(steps, ev.t_warmup)} of {n} samples (noise "
+            reason = (f"no material growth: at most {upper_txt} over the last "
+                      f"{_samples_since(steps, an.t_warmup)} of {n} samples (noise "
                       f"{_fmt(noise, unit)})")
-        return TrendResult(verdict="no_leak", confidence=_clip01(conf_clean), p_value=p_value,
-                           reason=reason + samples_note,
-                           shape={"flat": "resets" if sawtooth else "flat"}.get(kind, kind),
-                           **base)
+        shape = "resets" if sawtooth and kind == "flat" else kind
+        return TrendResult(verdict="no_leak", confidence=_clip01(conf), p_value=p_value,
+                           reason=reason + samples_note, shape=shape, **base)
 
-    conf_leak = _t_cdf((growth - material) / max(growth_se, 1e-300), ev.df)
+    conf_leak = _t_cdf((growth - material) / max(growth_se, 1e-300), an.df)
+    conf_clean = max((c for _, c in bounded.values()), default=0.0)
     if significant and is_material and (stopped or weak_tail):
         why = "growth may have stopped near the end"
     elif significant and is_material and not survives_step:
         why = "the growth is mostly one step"
+    elif an.model == "saturating" or filling:
+        why = "growth is slowing but may not stop"
     elif significant:
-        why = "growth is below the noise"
+        why = "growth is small against the noise"
     else:
         why = "too noisy to tell"
     reason = (f"{why}: growth between {_fmt(line_lo * line_window, unit)} and "
-              f"{_fmt(line_hi * line_window, unit)} over {_samples_since(steps, ev.t_warmup)} "
+              f"{_fmt(line_hi * line_window, unit)} over {_samples_since(steps, an.t_warmup)} "
               f"samples, noise {_fmt(noise, unit)}{samples_note}")
     return TrendResult(verdict="inconclusive",
                        confidence=_clip01(1.0 - max(conf_leak, conf_clean)),
                        p_value=p_value, reason=reason, shape="unclear", **base)
 
 
-def _warmup_step(ev):
-    return int(ev.t_warmup) if ev.w_idx > 0 else None
+def _as_float(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _warmup_step(an):
+    return int(an.t_warmup) if an.w_idx > 0 else None
 
 
 def _fit_dict(t_start, t_end, level, slope, lo, hi):
@@ -644,8 +784,8 @@ def _too_few(n, dropped, unit, min_samples):
 
 def _too_few_cycles(n, dropped, unit, cycles, steps):
     result = _too_few(n, dropped, unit, 0)
-    result.reason = (f"the series is reset {cycles - 1} times; {MIN_CYCLES} or more reset "
-                     f"cycles are needed to tell whether the floor grows"
+    result.reason = (f"the series is reset {cycles} times; {MIN_CYCLES} or more resets "
+                     f"are needed to tell whether the floor grows"
                      + _samples_note(n, dropped))
     result.shape = "resets"
     return result

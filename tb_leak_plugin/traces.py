@@ -1,0 +1,292 @@
+"""Find and analyse a run's profiler traces, without TensorFlow.
+
+TensorFlow's profiler writes ``<run_dir>/plugins/profile/<session>/<host>.xplane.pb``:
+one session per ``tf.profiler.experimental.start()`` / ``stop()`` window,
+one file per host. Each file is read through TensorBoard's ``gfile`` (so
+``gs://`` and ``s3://`` work where their clients are installed), checked
+against a size limit *before* it is read, and analysed on its own: a
+truncated, empty or garbage file gets an error naming it, and the others
+are still analysed.
+
+Memory: a file is held once as bytes, plus numpy arrays for the events the
+analysis keeps; the peak stays under about four times the file size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+
+from tensorboard.compat.tensorflow_stub.io import gfile
+
+from tb_leak_plugin import xplane
+from tb_leak_plugin.analysis import trace
+from tb_leak_plugin.analysis.trace import OpRetention, format_bytes, rank_ops
+
+__all__ = [
+    "DEFAULT_MAX_TRACE_BYTES",
+    "OpRetention",
+    "RunTraceReport",
+    "SessionTraceReport",
+    "TraceError",
+    "analyze_run_traces",
+    "analyze_trace_file",
+    "find_trace_files",
+]
+
+DEFAULT_MAX_TRACE_BYTES = 512 << 20
+PROFILE_DIR = ("plugins", "profile")
+TRACE_SUFFIX = ".xplane.pb"
+
+
+class TraceError(ValueError):
+    """The run directory itself cannot be read."""
+
+
+@dataclasses.dataclass
+class SessionTraceReport:
+    """The analysis of one trace file (one profiling session on one host).
+
+    ``error`` is None when the file was analysed; otherwise it says what was
+    wrong with the file, and the other fields are empty. See
+    :class:`tb_leak_plugin.analysis.trace.TraceAnalysis` for the fields.
+    """
+
+    session: str
+    host: str
+    path: str
+    error: str | None = None
+    steps: int = 0
+    allocators: list[str] = dataclasses.field(default_factory=list)
+    memory_events: int = 0
+    coverage_note: str = ""
+    ops: list[OpRetention] = dataclasses.field(default_factory=list)
+    suspicious: list[OpRetention] = dataclasses.field(default_factory=list)
+    retracing: list[dict] = dataclasses.field(default_factory=list)
+    unmatched_frees: int = 0
+    step_source: str = "none"
+    step_note: str = ""
+    file_bytes: int = 0
+
+    @classmethod
+    def from_analysis(cls, session, host, path, analysis: trace.TraceAnalysis, file_bytes=0):
+        return cls(
+            session=session,
+            host=host,
+            path=path,
+            steps=analysis.steps,
+            allocators=list(analysis.allocators),
+            memory_events=analysis.memory_events,
+            coverage_note=analysis.coverage_note,
+            ops=list(analysis.ops),
+            suspicious=list(analysis.suspicious),
+            retracing=list(analysis.retracing),
+            unmatched_frees=analysis.unmatched_frees,
+            step_source=analysis.step_source,
+            step_note=analysis.step_note,
+            file_bytes=file_bytes,
+        )
+
+    def to_dict(self) -> dict:
+        result = dataclasses.asdict(self)
+        result["ops"] = [o.to_dict() for o in self.ops]
+        result["suspicious"] = [o.to_dict() for o in self.suspicious]
+        return result
+
+
+@dataclasses.dataclass
+class RunTraceReport:
+    """Every trace of one run, one entry per (session, host) file."""
+
+    sessions: list[SessionTraceReport] = dataclasses.field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        return [s.error for s in self.sessions if s.error]
+
+    def suspicious_ops(self) -> list[OpRetention]:
+        """Suspicious ops merged across sessions and hosts, most suspicious first.
+
+        Counts and bytes are summed; steps too (a step of each session
+        counts); bytes per step is the step-weighted mean.
+        """
+        merged: dict[tuple, list[OpRetention]] = {}
+        for session in self.sessions:
+            for op in session.suspicious:
+                merged.setdefault(op.key, []).append(op)
+        results = []
+        for group in merged.values():
+            if len(group) == 1:
+                results.append(group[0])
+                continue
+            steps_total = sum(o.steps_total for o in group)
+            weighted = sum(o.retained_bytes_per_step * o.steps_total for o in group)
+            per_step = weighted / steps_total if steps_total else 0.0
+            first = group[0]
+            results.append(
+                OpRetention(
+                    op=first.op,
+                    region_type=first.region_type,
+                    shape=first.shape,
+                    data_type=first.data_type,
+                    allocator=first.allocator,
+                    allocations=sum(o.allocations for o in group),
+                    frees=sum(o.frees for o in group),
+                    retained_bytes=sum(o.retained_bytes for o in group),
+                    retained_allocations=sum(o.retained_allocations for o in group),
+                    steps_retained=sum(o.steps_retained for o in group),
+                    steps_total=steps_total,
+                    retained_bytes_per_step=per_step,
+                    suspicious=True,
+                    reason=(
+                        f"leaked in {len(group)} traces: left memory behind in "
+                        f"{sum(o.steps_retained for o in group)} of {steps_total} steps "
+                        f"({format_bytes(sum(o.retained_bytes for o in group))} never freed, "
+                        f"about {format_bytes(per_step)} more each step)"
+                    ),
+                )
+            )
+        return rank_ops(results)
+
+    def to_dict(self) -> dict:
+        return {
+            "sessions": [s.to_dict() for s in self.sessions],
+            "suspicious_ops": [o.to_dict() for o in self.suspicious_ops()],
+        }
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _join(*parts: str) -> str:
+    if _is_remote(parts[0]):
+        return posixpath.join(parts[0].rstrip("/"), *parts[1:])
+    return os.path.join(*parts)
+
+
+def find_trace_files(run_dir: str) -> list[tuple[str, str, str]]:
+    """Return (session, host, path) for every ``*.xplane.pb`` of the run.
+
+    Sessions are sorted by name (their names are start times); hosts too.
+    A run without ``plugins/profile`` has none.
+
+    Raises:
+      TraceError: ``run_dir`` is missing, not a directory or unreadable.
+    """
+    try:
+        if not gfile.isdir(run_dir):
+            raise TraceError(f"run directory {run_dir!r} does not exist or is not a directory")
+        profile_dir = _join(run_dir, *PROFILE_DIR)
+        if not gfile.isdir(profile_dir):
+            return []
+        found = []
+        for session in sorted(gfile.listdir(profile_dir)):
+            session = session.rstrip("/")
+            session_dir = _join(profile_dir, session)
+            if not gfile.isdir(session_dir):
+                continue
+            for name in sorted(gfile.listdir(session_dir)):
+                name = name.rstrip("/")
+                if name.endswith(TRACE_SUFFIX):
+                    found.append((session, name[: -len(TRACE_SUFFIX)], _join(session_dir, name)))
+        return found
+    except TraceError:
+        raise
+    except Exception as error:
+        raise TraceError(f"cannot list the traces of {run_dir!r}: {error}") from None
+
+
+def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
+    """Read one trace file, refusing one larger than ``max_bytes``.
+
+    Raises:
+      TraceError: the file is too large, empty or unreadable (the message
+        names the file and says what to do).
+    """
+    try:
+        size = gfile.stat(path).length
+    except Exception as error:
+        raise TraceError(f"{path}: cannot read the file size: {error}") from None
+    if size is not None and size > max_bytes:
+        raise TraceError(
+            f"{path}: trace file is {size} bytes ({format_bytes(size)}), over the limit of "
+            f"{max_bytes} bytes ({format_bytes(max_bytes)}); not read. Analysing it takes up "
+            f"to about 4x its size in memory; to analyse it anyway raise the limit "
+            f"(analyze_run_traces(..., max_bytes={size}) or the tool's trace size option)."
+        )
+    if size == 0:
+        raise TraceError(
+            f"{path}: the trace file is empty (0 bytes); the profiler may have been stopped "
+            "before it wrote anything, or the copy failed"
+        )
+    try:
+        with gfile.GFile(path, "rb") as handle:
+            data = handle.read()
+    except Exception as error:
+        raise TraceError(f"{path}: cannot read the file: {error}") from None
+    if len(data) > max_bytes:  # grew after stat (a writer still busy)
+        raise TraceError(
+            f"{path}: trace file is over the limit of {max_bytes} bytes; not analysed. "
+            "Raise max_bytes to analyse it."
+        )
+    if not data:
+        raise TraceError(f"{path}: the trace file is empty (0 bytes)")
+    return data
+
+
+def analyze_trace_file(
+    path: str, *, session: str = "", host: str = "", max_bytes: int = DEFAULT_MAX_TRACE_BYTES
+) -> SessionTraceReport:
+    """Analyse one ``*.xplane.pb`` file; problems go to ``report.error``, never raised."""
+    try:
+        data = read_trace_file(path, max_bytes=max_bytes)
+    except TraceError as error:
+        return SessionTraceReport(session=session, host=host, path=path, error=str(error))
+    size = len(data)
+    try:
+        analysis = trace.analyze_space(data)
+    except xplane.XPlaneDecodeError as error:
+        return SessionTraceReport(
+            session=session,
+            host=host,
+            path=path,
+            file_bytes=size,
+            error=(
+                f"{path}: not a readable profiler trace ({error}). The file may be truncated "
+                "(a profiler still writing, or a copy cut short), or not an XSpace trace at all."
+            ),
+        )
+    except MemoryError:
+        return SessionTraceReport(
+            session=session, host=host, path=path, file_bytes=size,
+            error=f"{path}: out of memory analysing this {format_bytes(size)} trace; "
+            "use a smaller profiling window or a machine with more memory",
+        )
+    except Exception as error:  # a bug or a trace shape never seen: keep the others going
+        return SessionTraceReport(
+            session=session, host=host, path=path, file_bytes=size,
+            error=f"{path}: could not analyse this trace: {type(error).__name__}: {error}",
+        )
+    finally:
+        del data
+    return SessionTraceReport.from_analysis(session, host, path, analysis, file_bytes=size)
+
+
+def analyze_run_traces(run_dir: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> RunTraceReport:
+    """Analyse every profiler trace of a run (all sessions, all hosts).
+
+    Files are read one at a time. A file that cannot be analysed gets a
+    report whose ``error`` says why; the others are still analysed.
+
+    Raises:
+      TraceError: ``run_dir`` is missing or unreadable. A run without
+        traces gives an empty report.
+    """
+    report = RunTraceReport()
+    for session, host, path in find_trace_files(run_dir):
+        report.sessions.append(
+            analyze_trace_file(path, session=session, host=host, max_bytes=max_bytes)
+        )
+    return report
