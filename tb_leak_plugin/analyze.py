@@ -6,8 +6,12 @@ call :func:`report_for_run`, so they never disagree.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
+import multiprocessing
+import os
+import re
 
 from tb_leak_plugin import loading
 from tb_leak_plugin.analysis.report import RunReport, build_run_report
@@ -59,30 +63,52 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
     return build_run_report(run, trace_report)
 
 
+def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
+    return report_for_run(loading.load_run(name, run_dir), with_traces, max_trace_bytes)
+
+
+def default_jobs(run_count: int) -> int:
+    """Worker processes worth using for ``run_count`` runs (1 = in process)."""
+    if run_count < 8 or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(os.cpu_count() or 1, 8, run_count // 4))
+
+
 def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool = True,
-                   max_trace_bytes: int | None = None) -> LogdirReport:
+                   max_trace_bytes: int | None = None, jobs: int | None = None) -> LogdirReport:
     """Read and analyse every run of ``logdir`` matching ``run_filter``.
 
     Runs are ordered leaks first, then inconclusive, then clean, by name
-    within each. Raises ``loading.LogdirError`` for an unreadable logdir.
+    within each. Runs are spread over ``jobs`` forked worker processes
+    (default: by core and run count). Raises ``loading.LogdirError`` for an
+    unreadable logdir.
     """
-    data = loading.load_logdir(logdir, run_filter=run_filter)
-    reports = [report_for_run(run, with_traces, max_trace_bytes) for run in data.runs]
+    pattern = re.compile(run_filter) if run_filter else None
+    runs = {name: path for name, path in loading.discover_runs(logdir).items()
+            if pattern is None or pattern.search(name)}
+    jobs = default_jobs(len(runs)) if jobs is None else max(1, int(jobs))
+    arguments = [(name, path, with_traces, max_trace_bytes) for name, path in runs.items()]
+    if jobs > 1:
+        context = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            reports = list(pool.map(_analyze_run, *zip(*arguments), chunksize=max(1, len(arguments) // (4 * jobs))))
+    else:
+        reports = [_analyze_run(*args) for args in arguments]
     order = {"leak": 0, "inconclusive": 1, "no_leak": 2}
     reports.sort(key=lambda r: (order.get(r.verdict, 3), r.run))
     groups = []
     verdicts = {r.run: r.verdict for r in reports}
-    for parent, names in sorted(loading.group_runs(data.runs).items()):
+    for parent, names in sorted(loading.group_names(list(runs)).items()):
         groups.append({
             "parent": parent,
             "runs": names,
             "leaking": [n for n in names if verdicts.get(n) == "leak"],
         })
-    warnings = list(data.warnings)
-    if not data.runs:
+    warnings = []
+    if not runs:
         warnings.append(
             f"no event files under {logdir!r}: write summaries with tb_leak_plugin.Monitor(logdir) first"
         )
-    elif not any(r.series for r in data.runs):
+    elif not any(r.series for r in reports):
         warnings.append(f"event files under {logdir!r} hold no tb-leak series")
     return LogdirReport(logdir=logdir, runs=reports, groups=groups, warnings=warnings)

@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--run", metavar="REGEX", help="only runs whose name matches this regular expression")
     analyze.add_argument("--fail-on-leak", action="store_true", help="exit 1 when any run's verdict is leak")
     analyze.add_argument("--no-traces", action="store_true", help="skip profiler traces")
+    analyze.add_argument("--jobs", type=int, default=None,
+                         help="worker processes (default: by cores and run count; 1 = none)")
     analyze.add_argument("--max-trace-mib", type=float, default=None,
                          help="refuse trace files larger than this many MiB (default 512)")
     return parser
@@ -178,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         except re.error as error:
             print(f"tb-leak: error: --run {args.run!r} is not a valid regular expression: {error}", file=sys.stderr)
             return EXIT_USAGE
+    if args.jobs is not None and args.jobs < 1:
+        print("tb-leak: error: --jobs must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
     if args.max_trace_mib is not None and args.max_trace_mib <= 0:
         print("tb-leak: error: --max-trace-mib must be positive", file=sys.stderr)
         return EXIT_USAGE
@@ -186,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     max_bytes = int(args.max_trace_mib * (1 << 20)) if args.max_trace_mib else None
     try:
         report = analyze.analyze_logdir(args.logdir, run_filter=args.run, with_traces=not args.no_traces,
-                                        max_trace_bytes=max_bytes)
+                                        max_trace_bytes=max_bytes, jobs=args.jobs)
     except loading.LogdirError as error:
         print(f"tb-leak: error: {error}", file=sys.stderr)
         return EXIT_USAGE

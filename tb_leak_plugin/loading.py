@@ -22,7 +22,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, types_pb2
 from tensorboard.compat.tensorflow_stub.io import gfile
 
-from tb_leak_plugin import metadata
+from tb_leak_plugin import fast_events, metadata
 from tb_leak_plugin.data import RunData, Series
 
 try:  # A C implementation; the pure-Python fallback only checks lengths.
@@ -113,11 +113,13 @@ def event_files(run_dir: str) -> list[str]:
     return [_join(run_dir, n) for n in names if not gfile.isdir(_join(run_dir, n))]
 
 
-def iter_records(path: str, warnings: list[str]):
-    """Yield the payload bytes of each complete, CRC-valid record of a file.
+def iter_record_chunks(path: str, warnings: list[str]):
+    """Yield ``(buffer, offsets, lengths)`` for the complete, CRC-valid records
+    of a file, a chunk of the file at a time (bounded memory).
 
-    Problems are appended to ``warnings``; iteration then stops for that
-    file. A truncated tail is not a problem (the writer may still be busy).
+    ``buffer[offsets[i]:offsets[i] + lengths[i]]`` is record ``i``'s payload.
+    Problems are appended to ``warnings``; reading then stops for that file.
+    A truncated tail is not a problem (the writer may still be busy).
     """
     try:
         handle = gfile.GFile(path, "rb")
@@ -128,43 +130,59 @@ def iter_records(path: str, warnings: list[str]):
     base = 0  # file offset of buffer[0]
     pos = 0
     eof = False
+    header_size, footer_size = _HEADER.size, _FOOTER.size
+    unpack_header, unpack_footer = _HEADER.unpack_from, _FOOTER.unpack_from
     with handle:
         while True:
-            if len(buffer) - pos < _HEADER.size and not eof:
-                buffer, base, pos, eof = _refill(handle, buffer, base, pos, path, warnings)
-                if buffer is None:
-                    return
-                continue
-            if len(buffer) - pos < _HEADER.size:
-                return  # clean end, or a header cut short by a live writer
-            length, length_crc = _HEADER.unpack_from(buffer, pos)
-            if masked_crc(buffer[pos : pos + 8]) != length_crc:
-                warnings.append(
-                    f"{path}: corrupt record header at byte {base + pos}; "
-                    "kept the records before it, skipped the rest of this file"
-                )
+            offsets: list[int] = []
+            lengths: list[int] = []
+            stop = False
+            size = len(buffer)
+            while size - pos >= header_size:
+                length, length_crc = unpack_header(buffer, pos)
+                if masked_crc(buffer[pos:pos + 8]) != length_crc:
+                    warnings.append(
+                        f"{path}: corrupt record header at byte {base + pos}; "
+                        "kept the records before it, skipped the rest of this file"
+                    )
+                    stop = True
+                    break
+                if length > MAX_RECORD_BYTES:
+                    warnings.append(f"{path}: record at byte {base + pos} claims {length} bytes; "
+                                    "skipped the rest of this file")
+                    stop = True
+                    break
+                end = pos + header_size + length + footer_size
+                if end > size:
+                    break
+                start = pos + header_size
+                if HAVE_FAST_CRC and masked_crc(buffer[start:start + length]) != unpack_footer(buffer, end - footer_size)[0]:
+                    warnings.append(
+                        f"{path}: corrupt record data at byte {base + pos}; "
+                        "kept the records before it, skipped the rest of this file"
+                    )
+                    stop = True
+                    break
+                offsets.append(start)
+                lengths.append(length)
+                pos = end
+            if offsets:
+                yield buffer, offsets, lengths
+            if stop or eof:
+                return  # clean end, or a record cut short by a live writer
+            need = 0
+            if size - pos >= header_size:
+                need = header_size + _HEADER.unpack_from(buffer, pos)[0] + footer_size
+            buffer, base, pos, eof = _refill(handle, buffer, base, pos, path, warnings, need=need)
+            if buffer is None:
                 return
-            if length > MAX_RECORD_BYTES:
-                warnings.append(f"{path}: record at byte {base + pos} claims {length} bytes; skipped the rest")
-                return
-            end = pos + _HEADER.size + length + _FOOTER.size
-            if end > len(buffer):
-                if eof:
-                    return  # half-written last record
-                buffer, base, pos, eof = _refill(handle, buffer, base, pos, path, warnings, need=end - pos)
-                if buffer is None:
-                    return
-                continue
-            payload = buffer[pos + _HEADER.size : end - _FOOTER.size]
-            (data_crc,) = _FOOTER.unpack_from(buffer, end - _FOOTER.size)
-            if HAVE_FAST_CRC and masked_crc(payload) != data_crc:
-                warnings.append(
-                    f"{path}: corrupt record data at byte {base + pos}; "
-                    "kept the records before it, skipped the rest of this file"
-                )
-                return
-            yield payload
-            pos = end
+
+
+def iter_records(path: str, warnings: list[str]):
+    """Yield the payload bytes of each complete, CRC-valid record of a file."""
+    for buffer, offsets, lengths in iter_record_chunks(path, warnings):
+        for offset, length in zip(offsets, lengths):
+            yield buffer[offset:offset + length]
 
 
 def _refill(handle, buffer, base, pos, path, warnings, need=0):
@@ -210,13 +228,30 @@ def scalar_value(value) -> float | None:
 
 
 class _Column:
-    __slots__ = ("info", "steps", "wall_times", "values")
+    """Points of one series as they are read: numpy blocks from the fast
+    decoder and Python lists from the protobuf path, each with the global
+    record number so write order survives (the last write of a step wins)."""
+
+    __slots__ = ("info", "blocks", "seq", "steps", "wall_times", "values")
 
     def __init__(self, info):
         self.info = info
+        self.blocks = []
+        self.seq = []
         self.steps = []
         self.wall_times = []
         self.values = []
+
+    def to_series(self, tag: str) -> Series | None:
+        blocks = list(self.blocks)
+        if self.values:
+            blocks.append((np.asarray(self.seq, dtype=np.int64), np.asarray(self.steps, dtype=np.int64),
+                           np.asarray(self.wall_times, dtype=np.float64), np.asarray(self.values, dtype=np.float64)))
+        if not blocks:
+            return None
+        seq, steps, wall_times, values = (np.concatenate(part) for part in zip(*blocks))
+        order = np.argsort(seq, kind="stable")
+        return Series.from_points(tag, self.info, steps[order], wall_times[order], values[order])
 
 
 def load_run(name: str, run_dir: str) -> RunData:
@@ -230,40 +265,57 @@ def load_run(name: str, run_dir: str) -> RunData:
     except Exception as error:
         run.warnings.append(f"{run_dir}: cannot list event files: {error}")
         files = []
+    seq_base = 0
     for path in files:
-        for payload in iter_records(path, run.warnings):
-            try:
-                event = parse(payload)
-            except Exception:
-                run.warnings.append(f"{path}: undecodable event record; skipped it")
-                continue
-            if not event.HasField("summary"):
-                continue
-            step = event.step
-            wall_time = event.wall_time
-            for value in event.summary.value:
-                tag = value.tag
-                column = columns.get(tag)
-                if column is None:
-                    if tag in rejected:
-                        continue
-                    column = _new_column(value, tag, path, rejected, run.warnings)
-                    if column is None:
-                        continue
-                    columns[tag] = column
-                number = scalar_value(value)
-                if number is None:
+        for buffer, offsets, lengths in iter_record_chunks(path, run.warnings):
+            offsets_array = np.asarray(offsets, dtype=np.int64)
+            groups, leftover = fast_events.decode_chunk(buffer, offsets_array, np.asarray(lengths, dtype=np.int64))
+            # Protobuf path first: it meets each tag's metadata.
+            for index in leftover.tolist():
+                start = offsets[index]
+                try:
+                    event = parse(buffer[start:start + lengths[index]])
+                except Exception:
+                    run.warnings.append(f"{path}: undecodable event record; skipped it")
                     continue
-                column.steps.append(step)
-                column.wall_times.append(wall_time)
-                column.values.append(number)
+                if not event.HasField("summary"):
+                    continue
+                _add_event(event, seq_base + index, columns, rejected, path, run.warnings)
+            for group in groups:
+                seq = group.record_indices + seq_base
+                for k, tag in enumerate(group.tags):
+                    column = columns.get(tag)
+                    if column is None:
+                        continue  # no metadata seen: not a tb-leak series
+                    column.blocks.append((seq, group.steps, group.wall_times, group.values[:, k]))
+            seq_base += len(offsets)
     for tag in sorted(columns):
-        column = columns[tag]
-        if column.values:
-            run.series[tag] = Series.from_points(
-                tag, column.info, column.steps, column.wall_times, column.values
-            )
+        series = columns[tag].to_series(tag)
+        if series is not None:
+            run.series[tag] = series
     return run
+
+
+def _add_event(event, seq, columns, rejected, path, warnings) -> None:
+    step = event.step
+    wall_time = event.wall_time
+    for value in event.summary.value:
+        tag = value.tag
+        column = columns.get(tag)
+        if column is None:
+            if tag in rejected:
+                continue
+            column = _new_column(value, tag, path, rejected, warnings)
+            if column is None:
+                continue
+            columns[tag] = column
+        number = scalar_value(value)
+        if number is None:
+            continue
+        column.seq.append(seq)
+        column.steps.append(step)
+        column.wall_times.append(wall_time)
+        column.values.append(number)
 
 
 def _new_column(value, tag, path, rejected, warnings):
@@ -297,12 +349,17 @@ def load_logdir(logdir: str, run_filter: str | None = None) -> LogdirData:
 
 
 def group_runs(runs: list[RunData]) -> dict[str, list[str]]:
+    """Group runs by parent directory (e.g. the workers of one job)."""
+    return group_names([run.name for run in runs])
+
+
+def group_names(names: list[str]) -> dict[str, list[str]]:
     """Group run names by parent directory (e.g. the workers of one job).
 
-    Returns parent -> run names, only for parents with two or more runs.
+    Returns parent -> sorted run names, only for parents with two or more runs.
     """
     groups = collections.defaultdict(list)
-    for run in runs:
-        parent = run.name.rsplit("/", 1)[0] if "/" in run.name else "."
-        groups[parent].append(run.name)
-    return {parent: names for parent, names in groups.items() if len(names) > 1}
+    for name in names:
+        parent = name.rsplit("/", 1)[0] if "/" in name else "."
+        groups[parent].append(name)
+    return {parent: sorted(members) for parent, members in groups.items() if len(members) > 1}
