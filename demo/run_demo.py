@@ -94,10 +94,10 @@ def main(argv=None) -> int:
         unknown = [n for n in names if n not in patterns.PATTERNS]
         if unknown:
             parser.error(f"unknown pattern(s) {unknown}; choose from {list(patterns.PATTERNS)}")
-    steps = args.steps or (120 if args.quick else 400)
+    steps = args.steps or (100 if args.quick else 400)
     if steps < 60:
         parser.error("--steps must be at least 60 for a verdict")
-    profile = (20, 40) if steps < 300 else (50, 80)
+    profile = (20, 40) if steps < 300 else (100, 130)
     logdir = os.path.abspath(args.logdir)
     _prepare_logdir(logdir, names)
 

@@ -313,10 +313,15 @@ _CONTAINERS = frozenset((list, dict, tuple, set, collections.deque))
 
 _UNTRACKED_DEPTH = 3
 
-_NOT_HOLDERS = frozenset((type, types.FunctionType, types.BuiltinFunctionType, types.CodeType,
-                          types.GetSetDescriptorType, types.MemberDescriptorType, types.WrapperDescriptorType,
-                          types.MethodDescriptorType, types.MappingProxyType, types.ModuleType, property,
-                          weakref.ReferenceType))
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_NOT_HOLDERS = frozenset((type, types.FunctionType, types.MethodType, types.CodeType, types.ModuleType,
+                          types.CellType, tuple, property, weakref.ReferenceType))
+
+
+def _may_hold_arrays(kind: type) -> bool:
+    if kind in _CONTAINERS or issubclass(kind, (dict, list)):
+        return True
+    return bool(getattr(kind, "__flags__", 0) & _HEAPTYPE) and kind not in _NOT_HOLDERS
 
 
 def _untracked_containers(objects) -> list:
@@ -326,11 +331,13 @@ def _untracked_containers(objects) -> list:
 
 def _numpy_arrays(ndarray, census: Census) -> tuple[int, int]:
     objects = census.objects
-    # Everything that can hold an array: containers, instances (their
-    # attributes), cells of closures; not the many types, functions and
-    # descriptors, which would only add referents to scan.
-    holders = list(itertools.compress(
-        objects, map(operator.not_, map(_NOT_HOLDERS.__contains__, map(type, objects)))))
+    # What usually holds arrays: containers and instances of classes
+    # defined in Python (their attributes). Not the many functions, types,
+    # cells and tracked tuples, which would only add referents to scan (a
+    # tuple holding an array is usually untracked, and found below through
+    # its container).
+    holder_types = frozenset(kind for kind in census.by_type() if _may_hold_arrays(kind))
+    holders = list(itertools.compress(objects, map(holder_types.__contains__, map(type, objects))))
     # One C call for all referents of the holders.
     referents = gc.get_referents(*holders)
     del holders

@@ -1,0 +1,76 @@
+"""End to end: the quick demo from a clean logdir, the CLI's verdicts and causes.
+
+Runs `python demo/run_demo.py --quick` exactly as the README says (real
+TensorFlow loops, real profiler windows), then checks `tb-leak analyze
+--format json`: every leaky run is a leak whose top culprits name the
+pattern's cause, every fixed run is not a leak. The Leak tab over the same
+logdir is checked in tests/test_browser.py's demo test.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "demo"))
+
+import patterns  # noqa: E402
+
+pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="session")
+def demo_logdir(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("demo") / "tb-leak-demo")
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "demo", "run_demo.py"), "--quick", "--logdir", logdir],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"tensorboard --logdir {logdir}" in result.stdout
+    assert "== run tensor_history/leaky: LEAK" in result.stdout
+    return logdir
+
+
+@pytest.fixture(scope="session")
+def demo_report(demo_logdir):
+    result = subprocess.run(
+        [sys.executable, "-m", "tb_leak_plugin", "analyze", demo_logdir, "--format", "json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {run["run"]: run for run in json.loads(result.stdout)["runs"]}
+
+
+def test_every_pattern_wrote_both_runs(demo_report):
+    expected = {f"{name}/{variant}" for name in patterns.PATTERNS for variant in ("leaky", "fixed")}
+    assert set(demo_report) == expected
+
+
+@pytest.mark.parametrize("pattern", sorted(patterns.PATTERNS))
+def test_leaky_run_is_a_leak_with_its_cause_named(demo_report, pattern):
+    run = demo_report[f"{pattern}/leaky"]
+    assert run["verdict"] == "leak", run["reason"]
+    kind, needle = patterns.EXPECTED_CAUSE[pattern]
+    top = run["culprits"][:3]
+    assert any(c["kind"] == kind and (needle in c["name"] or needle == c["hint"]) for c in top), (
+        f"{pattern}: expected a {kind} culprit naming {needle!r} in the top 3, got "
+        + "; ".join(f"{c['kind']} {c['name']} ({c['hint']})" for c in top))
+    assert run["hints"], "a leak comes with what it usually means and how to fix it"
+
+
+@pytest.mark.parametrize("pattern", sorted(patterns.PATTERNS))
+def test_fixed_run_is_not_a_leak(demo_report, pattern):
+    run = demo_report[f"{pattern}/fixed"]
+    assert run["verdict"] != "leak", run["reason"] + " | " + "; ".join(c["name"] for c in run["culprits"])
+
+
+def test_profiler_trace_of_tensor_history_names_the_matmul(demo_report):
+    leaky = demo_report["tensor_history/leaky"]
+    ops = [c for c in leaky["culprits"] if c["kind"] == "op"]
+    assert ops and "MatMul" in ops[0]["name"], [c["name"] for c in ops]
+    fixed = demo_report["tensor_history/fixed"]
+    assert not [c for c in fixed["culprits"] if c["kind"] == "op"]
