@@ -2,9 +2,9 @@
 
 The writer encodes every point after a tag's first as a fixed byte layout
 (see ``summary._value_prefix``): for a given set of tags, records differ only
-in their wall time, step and 8-byte doubles. So records of equal length are
+in their wall time, step and 4-byte float values. So records of equal length are
 decoded together: the first one is parsed with protobuf and turned into a
-*template* (where the wall time, step and each double sit, and what every
+*template* (where the wall time, step and each value sit, and what every
 other byte must be); the rest are stacked into a 2-D byte array, checked
 byte for byte against the template, and their numbers read as array
 columns. A record that does not match goes back to the caller for the
@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 from tensorboard.compat.proto import event_pb2
 
-from tb_leak_plugin.summary import _value_prefix
+from tb_leak_plugin.summary import VALUE_BYTES, _value_prefix
 
 
 @dataclasses.dataclass
@@ -31,7 +31,7 @@ class Template:
     fixed_columns: np.ndarray  # byte positions whose value is fixed
     fixed_values: np.ndarray   # and those values
     tags: list[str]
-    double_offsets: np.ndarray  # byte offset of each tag's double
+    value_offsets: np.ndarray  # byte offset of each tag's float32 value
 
 
 def _varint_length(payload: bytes, offset: int) -> int:
@@ -75,29 +75,29 @@ def make_template(payload: bytes) -> Template | None:
     if summary_offset + summary_length != len(payload):
         return None
     tags = []
-    doubles = []
+    value_offsets = []
     cursor = summary_offset
     for value in event.summary.value:
         prefix = _value_prefix(value.tag)
         if payload[cursor:cursor + len(prefix)] != prefix:
             return None  # metadata, another dtype, a shape: not the compact layout
         tags.append(value.tag)
-        doubles.append(cursor + len(prefix))
-        cursor += len(prefix) + 8
+        value_offsets.append(cursor + len(prefix))
+        cursor += len(prefix) + VALUE_BYTES
     if cursor != len(payload):
         return None
     variable = np.zeros(len(payload), dtype=bool)
     variable[1:9] = True
     if step_offset >= 0:
         variable[step_offset:step_offset + step_bytes] = True
-    for offset in doubles:
-        variable[offset:offset + 8] = True
+    for offset in value_offsets:
+        variable[offset:offset + VALUE_BYTES] = True
     fixed = np.flatnonzero(~variable)
     raw = np.frombuffer(payload, dtype=np.uint8)
     return Template(
         length=len(payload), step_offset=step_offset, step_bytes=step_bytes,
         fixed_columns=fixed, fixed_values=raw[fixed].copy(), tags=tags,
-        double_offsets=np.asarray(doubles, dtype=np.int64),
+        value_offsets=np.asarray(value_offsets, dtype=np.int64),
     )
 
 
@@ -161,8 +161,8 @@ def decode_chunk(buffer: bytes, offsets: np.ndarray, lengths: np.ndarray, min_gr
             rows = rows[keep]
         wall_times = np.ascontiguousarray(rows[:, 1:9]).view("<f8").ravel()
         values = np.empty((keep.size, len(template.tags)), dtype=np.float64)
-        for k, offset in enumerate(template.double_offsets.tolist()):
-            values[:, k] = np.ascontiguousarray(rows[:, offset:offset + 8]).view("<f8").ravel()
+        for k, offset in enumerate(template.value_offsets.tolist()):
+            values[:, k] = np.ascontiguousarray(rows[:, offset:offset + VALUE_BYTES]).view("<f4").ravel()
         groups.append(DecodedGroup(
             record_indices=members[keep], steps=steps[keep], wall_times=wall_times.astype(np.float64),
             tags=template.tags, values=values,

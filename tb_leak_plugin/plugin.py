@@ -93,6 +93,9 @@ class LeakPluginLoader(base_plugin.TBLoader):
         except ImportError as error:
             logger.warning("tb-leak: the Leak tab is disabled, a dependency is missing: %s", error)
             return None
+        except Exception as error:  # never take TensorBoard down with the tab
+            logger.warning("tb-leak: the Leak tab is disabled, it failed to load: %r", error)
+            return None
 
 
 def _parse_samples_per_plugin(text: str) -> dict:
@@ -258,7 +261,16 @@ class LeakPlugin(base_plugin.TBPlugin):
         listing = self._listing(ctx, experiment)
         rows = []
         for run in listing.series:
-            entry = self._entry(ctx, experiment, run, listing)
+            try:
+                entry = self._entry(ctx, experiment, run, listing)
+            except Exception as error:  # one broken run must not hide the others
+                logger.warning("tb-leak: analysing run %r failed: %r", run, error)
+                rows.append({"run": run, "verdict": "error", "confidence": 0.0,
+                             "reason": f"analysis failed: {type(error).__name__}: {error}",
+                             "growth_bytes_per_step": None, "growth_bytes_per_hour": None,
+                             "primary_tag": None, "samples": 0, "top_culprit": None,
+                             "has_traces": False, "warnings": 1, "tags": []})
+                continue
             report = entry.report
             top = report["culprits"][0] if report["culprits"] else None
             rows.append({
@@ -340,7 +352,7 @@ class LeakPlugin(base_plugin.TBPlugin):
         """Ops the profiler trace shows retaining memory across steps, with coverage notes."""
         entry = self._entry_for(ctx, experiment, run)
         traces = entry.report.get("traces") or {}
-        sessions, ops, notes = [], [], []
+        sessions, flattened, notes = [], [], []
         for session in traces.get("sessions", []) or []:
             label = "/".join(str(p) for p in (session.get("session"), session.get("host")) if p)
             sessions.append({k: v for k, v in session.items() if k not in ("ops", "suspicious")})
@@ -349,10 +361,10 @@ class LeakPlugin(base_plugin.TBPlugin):
             if session.get("coverage_note"):
                 notes.append(f"{label}: {session['coverage_note']}")
             for op in session.get("suspicious") or []:
-                row = dict(op)
-                row.setdefault("session", session.get("session"))
-                row.setdefault("host", session.get("host"))
-                ops.append(row)
+                flattened.append(dict(op, session=session.get("session"), host=session.get("host")))
+        # Merged across sessions and hosts by the trace analysis when it offers that.
+        merged = traces.get("suspicious_ops")
+        ops = [dict(op) for op in merged] if merged is not None else flattened
         ops.sort(key=lambda o: -(o.get("retained_bytes") or 0))
         if not traces:
             notes.append("no profiler trace in this run: pass profile_steps=(start, stop) to "

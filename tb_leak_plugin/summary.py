@@ -29,7 +29,7 @@ Sample = list[tuple[SeriesInfo, float]]
 
 
 def _scalar_tensor(value: float) -> tensor_pb2.TensorProto:
-    return tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, double_val=[float(value)])
+    return tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(value)])
 
 
 def sample_to_summary_pb(sample: Sample, with_metadata=lambda info: True) -> summary_pb2.Summary:
@@ -58,20 +58,26 @@ def _varint(number: int) -> bytes:
             return bytes(out)
 
 
-_DOUBLE = struct.Struct("<d")
+# Values are float32: TensorBoard's Rust data server (--load_fast) serves
+# only DT_FLOAT scalars and silently drops DT_DOUBLE ones. float32 keeps
+# 24 bits: byte counts are exact to 16 MiB and within 512 B at 4 GiB, far
+# finer than any leak worth reporting; counts are exact to 16 million.
+VALUE_BYTES = 4
+_VALUE = struct.Struct("<f")
 
 
 def _value_prefix(tag: str) -> bytes:
-    """Wire bytes of a ``Summary.Value`` up to its 8-byte double.
+    """Wire bytes of a ``Summary.Value`` up to its 4-byte float.
 
-    Value{tag=1, tensor=8{dtype=1: DT_DOUBLE, double_val=6 packed}}; writing
+    Value{tag=1, tensor=8{dtype=1: DT_FLOAT, float_val=5 packed}}; writing
     these by hand is ~10x cheaper than building protos on every sample, and
     ``tests/test_summary.py`` checks the bytes against protobuf's encoding.
     """
     encoded_tag = tag.encode("utf-8")
-    tensor = b"\x08" + _varint(types_pb2.DT_DOUBLE) + b"\x32\x08"
-    body = b"\x0a" + _varint(len(encoded_tag)) + encoded_tag + b"\x42" + _varint(len(tensor) + 8) + tensor
-    return b"\x0a" + _varint(len(body) + 8) + body
+    tensor = b"\x08" + _varint(types_pb2.DT_FLOAT) + b"\x2a" + _varint(VALUE_BYTES)
+    body = (b"\x0a" + _varint(len(encoded_tag)) + encoded_tag
+            + b"\x42" + _varint(len(tensor) + VALUE_BYTES) + tensor)
+    return b"\x0a" + _varint(len(body) + VALUE_BYTES) + body
 
 
 class EventWriter:
@@ -91,7 +97,7 @@ class EventWriter:
         prefixes = self._prefixes
         event = event_pb2.Event(step=int(step), wall_time=time.time() if wall_time is None else wall_time)
         fresh = [(info, value) for info, value in sample if info not in prefixes]
-        pack = _DOUBLE.pack
+        pack = _VALUE.pack
         known = b"".join(prefixes[info] + pack(value) for info, value in sample if info in prefixes)
         if fresh:
             event.summary.CopyFrom(sample_to_summary_pb(fresh))
@@ -145,7 +151,7 @@ class TFSummaryWriter:
             written = bool(
                 tf.summary.write(
                     info.tag,
-                    tf.constant(float(value), dtype=tf.float64),
+                    tf.constant(float(value), dtype=tf.float32),
                     step=int(step),
                     metadata=metadata.create_summary_metadata(info).SerializeToString(),
                 )

@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TRACE_BYTES = 512 << 20
+READ_CHUNK_BYTES = 16 << 20
 PROFILE_DIR = ("plugins", "profile")
 TRACE_SUFFIX = ".xplane.pb"
 
@@ -198,7 +199,7 @@ def find_trace_files(run_dir: str) -> list[tuple[str, str, str]]:
         raise TraceError(f"cannot list the traces of {run_dir!r}: {error}") from None
 
 
-def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
+def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytearray:
     """Read one trace file, refusing one larger than ``max_bytes``.
 
     Raises:
@@ -222,17 +223,50 @@ def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> b
             "before it wrote anything, or the copy failed"
         )
     try:
-        with gfile.GFile(path, "rb") as handle:
-            data = handle.read()
+        data = _read_all(path, size, max_bytes)
+    except TraceError:
+        raise
     except Exception as error:
         raise TraceError(f"{path}: cannot read the file: {error}") from None
-    if len(data) > max_bytes:  # grew after stat (a writer still busy)
-        raise TraceError(
-            f"{path}: trace file is over the limit of {max_bytes} bytes; not analysed. "
-            "Raise max_bytes to analyse it."
-        )
     if not data:
         raise TraceError(f"{path}: the trace file is empty (0 bytes)")
+    return data
+
+
+def _read_all(path: str, size: int | None, max_bytes: int) -> bytearray:
+    """The file's bytes, read in chunks into one buffer (no second full copy)."""
+    if not _is_remote(path) and size:
+        # Local file: straight into the buffer (gfile would copy each chunk twice).
+        data = bytearray(size)
+        with open(path, "rb") as handle:
+            filled = handle.readinto(data)
+            if handle.read(1):
+                raise TraceError(
+                    f"{path}: trace file grew while being read (a profiler still writing?); "
+                    "try again once it is complete"
+                )
+        del data[filled:]
+        return data
+    data = bytearray(size or 0)
+    filled = 0
+    with gfile.GFile(path, "rb") as handle:
+        while True:
+            chunk = handle.read(READ_CHUNK_BYTES)
+            if not chunk:
+                break
+            if filled + len(chunk) > max_bytes:  # grew after stat (a writer still busy)
+                raise TraceError(
+                    f"{path}: trace file grew past the limit of {max_bytes} bytes while "
+                    "being read; not analysed. Raise max_bytes to analyse it."
+                )
+            if filled + len(chunk) <= len(data):
+                data[filled : filled + len(chunk)] = chunk
+            else:
+                del data[filled:]
+                data += chunk
+            filled += len(chunk)
+            del chunk
+    del data[filled:]
     return data
 
 
@@ -246,7 +280,10 @@ def analyze_trace_file(
         return SessionTraceReport(session=session, host=host, path=path, error=str(error))
     size = len(data)
     try:
-        analysis = trace.analyze_space(data)
+        decoded = trace.decode(data)
+        del data  # the decoded arrays no longer point into the file's bytes
+        analysis = trace.analyze_decoded(decoded)
+        del decoded
     except xplane.XPlaneDecodeError as error:
         return SessionTraceReport(
             session=session,
@@ -269,8 +306,6 @@ def analyze_trace_file(
             session=session, host=host, path=path, file_bytes=size,
             error=f"{path}: could not analyse this trace: {type(error).__name__}: {error}",
         )
-    finally:
-        del data
     return SessionTraceReport.from_analysis(session, host, path, analysis, file_bytes=size)
 
 

@@ -4,14 +4,25 @@ Two things live here:
 
 * Message classes for ``tensorflow/tsl/profiler/protobuf/xplane.proto``
   (:data:`XSpace`, :data:`XPlane`, ...), built at import time from a
-  descriptor, for writing test traces and reading metadata. Only the
+  descriptor, for writing test traces and reading plane metadata. Only the
   TensorFlow wheel ships a generated module, and the plugin must run where
   TensorFlow is absent.
 * :func:`decode_space`, a columnar decoder for large traces. Parsing a 40 MB
-  trace into messages and walking a million events in Python takes longer
-  than the whole analysis may; instead the wire format is read with numpy,
-  several events at a time, and only the events the caller selects (by
-  event name, or because they carry a given stat) are decoded in full.
+  trace into messages and walking its million events in Python takes longer
+  than the whole analysis may, and holds several copies of the file.
+  Instead the wire format is read in place with numpy:
+
+  - a line's events are found by their byte signature and confirmed by
+    stepping from record to record by length (exact; :func:`_walk_events`);
+  - each event's metadata id (its first field) selects the events to keep:
+    those whose name the caller asks for, or whose kind carries a given
+    stat in a few sampled events (step markers, tf.function calls);
+  - kept events are decoded a block at a time, all messages of a block one
+    field per round; their stats, whose value ends the message, decode in
+    bulk (:func:`_decode_stats`). Only unusual layouts take slower, general
+    paths, so any valid encoding still decodes.
+
+  Memory: the file's bytes plus about 21 bytes per kept stat.
 
 Timestamps: an event's absolute time is ``line.timestamp_ns * 1000 +
 event.offset_ps`` picoseconds. :func:`decode_space` returns times relative to
@@ -144,32 +155,16 @@ def _build_classes():
             (3, "description", _F.TYPE_STRING, opt, None, None),
         ],
     )
-    # The line seen by the fast event splitter: events stay raw bytes.
-    raw_line = fdp.message_type.add(name="RawEventsLine")
-    _add_fields(
-        raw_line,
-        [
-            (1, "id", _F.TYPE_INT64, opt, None, None),
-            (2, "name", _F.TYPE_STRING, opt, None, None),
-            (3, "timestamp_ns", _F.TYPE_INT64, opt, None, None),
-            (4, "events", _F.TYPE_BYTES, rep, None, None),
-            (11, "display_name", _F.TYPE_STRING, opt, None, None),
-        ],
-    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    names = (
-        "XSpace XPlane XLine XEvent XStat XEventMetadata XStatMetadata RawEventsLine"
-    ).split()
+    names = "XSpace XPlane XLine XEvent XStat XEventMetadata XStatMetadata".split()
     return [
         message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{n}"))
         for n in names
     ]
 
 
-(XSpace, XPlane, XLine, XEvent, XStat, XEventMetadata, XStatMetadata, _RawEventsLine) = (
-    _build_classes()
-)
+XSpace, XPlane, XLine, XEvent, XStat, XEventMetadata, XStatMetadata = _build_classes()
 
 # XStat value kinds, named by their field numbers.
 KIND_NONE, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF = (
@@ -239,11 +234,21 @@ class PlaneEvents:
         return np.array([lookup[m] for m in self.metadata_id.tolist()], dtype=object)
 
     def _stat_rows(self, name: str) -> np.ndarray:
+        """Rows of ``stat_*`` holding stat ``name``, in order."""
         ids = [sid for sid, sname in self.stat_names.items() if sname == name]
         if not ids:
             return np.zeros(0, dtype=np.int64)
-        if len(ids) == 1:
-            return np.flatnonzero(self.stat_id == ids[0])
+        index = self.__dict__.get("_rows_by_id")
+        if index is None:
+            index = self.__dict__["_rows_by_id"] = _rows_by_value(self.stat_id)
+        if index is not False:
+            order, values, bounds = index
+            found = np.searchsorted(values, ids)
+            parts = [order[bounds[f] : bounds[f + 1]] for f, sid in zip(found.tolist(), ids)
+                     if f < values.size and values[f] == sid]
+            if len(parts) == 1:
+                return parts[0]
+            return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         return np.flatnonzero(np.isin(self.stat_id, ids))
 
     def int_stat(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -261,22 +266,30 @@ class PlaneEvents:
             kinds = self.stat_kind[rows]
             raw = self.stat_raw[rows]
             got = np.zeros(rows.size, dtype=np.int64)
-            ok = np.isin(kinds, (KIND_INT64, KIND_UINT64))
+            ok = (kinds == KIND_INT64) | (kinds == KIND_UINT64)
             got[ok] = raw[ok].view(np.int64)
-            doubles = kinds == KIND_DOUBLE
-            if doubles.any():
+            doubles = np.flatnonzero(kinds == KIND_DOUBLE)
+            if doubles.size:
                 as_float = raw[doubles].view(np.float64)
-                finite = np.isfinite(as_float)
-                got[np.flatnonzero(doubles)[finite]] = as_float[finite].astype(np.int64)
-                ok[np.flatnonzero(doubles)[finite]] = True
-            textual = np.flatnonzero(np.isin(kinds, (KIND_STR, KIND_BYTES, KIND_REF)))
-            if textual.size:
-                texts = self._texts(rows[textual])
-                for where, text in zip(textual.tolist(), texts):
-                    number = _as_int(text)
-                    if number is not None:
-                        got[where] = number
-                        ok[where] = True
+                fits = np.isfinite(as_float) & (np.abs(as_float) < 2.0**63)
+                got[doubles[fits]] = as_float[fits].astype(np.int64)
+                ok[doubles[fits]] = True
+            # Texts (and refs, whose value is a stat name) that spell numbers:
+            # convert each distinct text once.
+            for kind in (KIND_STR, KIND_BYTES, KIND_REF):
+                sel = np.flatnonzero(kinds == kind)
+                if not sel.size:
+                    continue
+                keys = self.stat_string[rows[sel]] if kind != KIND_REF else raw[sel]
+                distinct, inverse = _distinct(keys)
+                numbers = [
+                    _as_int(self.strings[k] if kind != KIND_REF else self.stat_names.get(k, ""))
+                    for k in distinct.tolist()
+                ]
+                parsed = np.array([0 if v is None else v for v in numbers], dtype=np.int64)
+                valid = np.array([v is not None for v in numbers], dtype=bool)
+                got[sel] = parsed[inverse]
+                ok[sel] = valid[inverse]
             events = self.stat_event[rows][ok]
             values[events] = got[ok]
             present[events] = True
@@ -336,16 +349,6 @@ class PlaneEvents:
         mask[self.stat_event[self._stat_rows(name)]] = True
         return mask
 
-    def _texts(self, rows: np.ndarray) -> list[str]:
-        return [
-            self.strings[s] if k in (KIND_STR, KIND_BYTES) else self._raw_text(k, r)
-            for k, r, s in zip(
-                self.stat_kind[rows].tolist(),
-                self.stat_raw[rows].tolist(),
-                self.stat_string[rows].tolist(),
-            )
-        ]
-
     def _raw_text(self, kind: int, raw: int) -> str:
         if kind == KIND_REF:
             return self.stat_names.get(raw, "")
@@ -365,6 +368,21 @@ class PlaneEvents:
                     present[mask] = True
 
 
+def _rows_by_value(values: np.ndarray):
+    """(row order grouped by value, distinct values, group bounds), or False.
+
+    Only for values that fit 16 bits, where numpy's stable sort is a radix
+    sort (linear time).
+    """
+    if not values.size or int(values.min()) < 0 or int(values.max()) >= 1 << 16:
+        return False
+    order = np.argsort(values.astype(np.uint16), kind="stable")
+    counts = np.bincount(values)
+    present = np.flatnonzero(counts)
+    bounds = np.concatenate(([0], np.cumsum(counts[present])))
+    return order, present, bounds
+
+
 def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values, index of each value among them); O(n) for small ints."""
     if values.size and values.dtype.kind in "iu":
@@ -381,20 +399,27 @@ def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _as_int(value) -> int | None:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value if -(1 << 63) <= value < (1 << 64) else None
+    """An int64 for a stat value, or None (uint64 values keep their bit pattern)."""
     if isinstance(value, float):
-        return int(value) if np.isfinite(value) else None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        return None
-    if number >= 1 << 63:
-        number -= 1 << 64  # keep the bit pattern, as for uint64 values
+        if not (np.isfinite(value) and abs(value) < 2.0**63):
+            return None
+        number = int(value)
+    elif isinstance(value, int):
+        number = int(value)
+    else:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        text = str(value).strip()
+        try:
+            number = int(text, 16) if text[:2].lower() == "0x" else int(text)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                return None
+            return _as_int(as_float)
+    if (1 << 63) <= number < (1 << 64):
+        number -= 1 << 64
     return number if -(1 << 63) <= number < (1 << 63) else None
 
 
@@ -513,17 +538,13 @@ class _Scanned:
     span_stop: dict[int, np.ndarray]
 
 
-def _scan_messages(
-    buf, starts, stops, *, scalar_fields, span_fields, oneof_fields=(), first_filter=None
-) -> _Scanned:
+def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fields=()) -> _Scanned:
     """Read every field of the messages ``buf[starts[i]:stops[i]]`` in lockstep.
 
     Varint and fixed64 fields in ``scalar_fields`` are kept (the last one
     wins, as in protobuf); length-delimited fields in ``span_fields`` are
     returned as (owner, start, stop) per occurrence; other fields are
-    skipped. ``first_filter=(field, keep_lut)`` drops, after the first field,
-    messages whose first field is ``field`` with a value outside the lookup
-    table (for skipping stats nobody asked for).
+    skipped; ``last_field`` records the last of ``oneof_fields`` seen.
 
     Each round reads one field of every message still open. Short
     length-delimited fields (a one-byte tag and length: nearly every stat of
@@ -536,10 +557,14 @@ def _scan_messages(
     owners = {f: [] for f in span_fields}
     span_starts = {f: [] for f in span_fields}
     span_stops = {f: [] for f in span_fields}
-    short_tags = np.zeros(256, dtype=np.int64)  # tag byte -> span field, 0 = none
+    short_tags = np.zeros(256, dtype=np.int8)  # tag byte -> span field, 0 = none
     for f in span_fields:
         if f < 16:
             short_tags[(f << 3) | 2] = f
+    varint_tags = np.zeros(256, dtype=np.int8)  # tag byte -> varint scalar field
+    for f in scalar_fields:
+        if f < 16 and f not in oneof_fields:
+            varint_tags[f << 3] = f
     index = np.arange(n, dtype=np.int64)
     pos = starts.astype(np.int64, copy=True)
     stop = stops.astype(np.int64, copy=False)
@@ -547,32 +572,53 @@ def _scan_messages(
     index, pos, stop = index[live], pos[live], stop[live]
     if index.size and int(stop.max()) > buf.size:
         raise XPlaneDecodeError("a message runs past the end of the data")
-    first = True
+    last_byte = buf.size - 1
     while index.size:
-        after = np.empty_like(pos)
-        tag = buf[pos]
-        fast = np.zeros(index.size, dtype=bool)
-        if not first or first_filter is None:
-            fast_field = short_tags[tag]
-            fast = fast_field > 0
-            if fast.any():
-                at = np.flatnonzero(fast)
-                length_at = pos[at] + 1
-                length = buf[np.minimum(length_at, buf.size - 1)].astype(np.int64)
-                fast[at] = (length < 0x80) & (length_at < stop[at])
-                at = np.flatnonzero(fast)
-                body = pos[at] + 2
-                after[at] = body + length[fast[np.flatnonzero(fast_field > 0)]]
-                for f in span_fields:
-                    mine = at[fast_field[at] == f]
-                    if mine.size:
-                        owners[f].append(index[mine])
-                        span_starts[f].append(pos[mine] + 2)
-                        span_stops[f].append(after[mine])
-                for f in oneof_fields:
-                    if f in span_fields:
-                        last_field[index[at[fast_field[at] == f]]] = f
-        slow = np.flatnonzero(~fast)
+        field_of_tag = short_tags[buf[pos]]
+        length = buf[np.minimum(pos + 1, last_byte)]
+        fast = (field_of_tag > 0) & (length < 0x80) & (pos + 1 < stop)
+        after = pos + 2 + length
+        at = np.flatnonzero(fast)
+        chain, chain_pos, chain_field = at, pos[at], field_of_tag[at]
+        for substep in range(_FAST_RECORDS_PER_ROUND):
+            # Record the short fields just read, then read the next ones of
+            # the same messages while they are short fields too.
+            chain_after = after[chain]
+            for f in span_fields:
+                mine = slice(None) if len(span_fields) == 1 else chain_field == f
+                rows = chain[mine]
+                if rows.size:
+                    owners[f].append(index[rows])
+                    span_starts[f].append(chain_pos[mine] + 2)
+                    span_stops[f].append(chain_after[mine])
+                    if f in oneof_fields:
+                        last_field[index[rows]] = f
+            if substep == _FAST_RECORDS_PER_ROUND - 1:
+                break
+            more = chain_after < stop[chain]
+            chain, chain_pos = chain[more], chain_after[more]
+            if not chain.size:
+                break
+            chain_field = short_tags[buf[chain_pos]]
+            length = buf[np.minimum(chain_pos + 1, last_byte)]
+            ok = (chain_field > 0) & (length < 0x80) & (chain_pos + 1 < stop[chain])
+            chain, chain_pos, chain_field = chain[ok], chain_pos[ok], chain_field[ok]
+            after[chain] = chain_pos + 2 + length[ok]
+        slow = np.flatnonzero(~fast) if at.size < index.size else at[:0]
+        if slow.size and scalar_fields:
+            # Varint fields with a one-byte tag (metadata_id, offset_ps ...).
+            field_of_varint = varint_tags[buf[pos[slow]]]
+            plain = field_of_varint > 0
+            rows = slow[plain]
+            if rows.size:
+                value, after[rows] = _varints(buf, pos[rows] + 1)
+                fields = field_of_varint[plain]
+                for f in scalar_fields:
+                    mine = fields == f
+                    if mine.any():
+                        values[f][index[rows[mine]]] = value[mine]
+                        present[f][index[rows[mine]]] = True
+                slow = slow[~plain]
         if slow.size:
             field, value = _field_step(buf, pos, slow, after, span_fields, owners,
                                        span_starts, span_stops, index)
@@ -591,12 +637,6 @@ def _scan_messages(
                 f"a field at byte {int(pos[overrun][0])} runs past the end of its message"
             )
         live = after < stop
-        if first and first_filter is not None and slow.size:
-            filter_field, keep_lut = first_filter
-            known = value < np.uint64(keep_lut.size)
-            slot = np.where(known, value, np.uint64(0)).astype(np.int64)
-            live[slow] &= ~((field == filter_field) & ~(known & keep_lut[slot]))
-        first = False
         index, pos, stop = index[live], after[live], stop[live]
 
     def cat(parts):
@@ -722,10 +762,15 @@ def _decode_stats(buf, starts, stops, keep_lut=None) -> _Stats:
     )
     varint_width = width[varint_rows]
     usual[varint_rows[(varint_width < 1) | (varint_width > 10)]] = False
-    for length in np.unique(varint_width).tolist():
-        if not 1 <= length <= 10:
+    # Group by width with a linear-time stable sort (widths fit a byte).
+    order = np.argsort(np.clip(varint_width, 0, 11).astype(np.uint8), kind="stable")
+    grouped = varint_rows[order]
+    sorted_width = varint_width[order]
+    edges = np.searchsorted(sorted_width, np.arange(1, 12))
+    for length in range(1, 11):
+        sel = grouped[edges[length - 1] : edges[length]]
+        if not sel.size:
             continue
-        sel = varint_rows[varint_width == length]
         where = value_at[sel]
         value = np.zeros(sel.size, dtype=np.uint64)
         good = np.ones(sel.size, dtype=bool)
@@ -786,60 +831,126 @@ def _decode_stats(buf, starts, stops, keep_lut=None) -> _Stats:
 # -- splitting a line into its events ------------------------------------------------------
 
 _EVENT_TAG = 0x22  # XLine.events: field 4, length-delimited
+_SCAN_BYTES = 1 << 23  # bytes searched for event starts at a time
 
 
-def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    sizes = np.ones(values.size, dtype=np.int64)
-    for bits in range(7, 64, 7):
-        sizes += values >= (1 << bits)
-    return sizes
+def _event_starts(buf, start, stop):
+    """Positions in [start, stop) that look like an XEvent record, and where it ends.
+
+    The signature is how events are written: ``0x22 <length> 0x08 <metadata
+    id> 0x10`` (the events field, then metadata_id, then offset_ps; lengths
+    and ids of one or two bytes). Stats nested in an event never match (their
+    second field is never 0x10), and a stray match inside an event is never
+    followed: see :func:`_walk_events`.
+    """
+    records, bodies, ends, ids = [], [], [], []
+    last = min(stop, buf.size) - 7  # the signature reads up to 6 bytes ahead
+    for low in range(start, last, _SCAN_BYTES):
+        high = min(last, low + _SCAN_BYTES)
+        at = low + np.flatnonzero(buf[low:high] == _EVENT_TAG)
+        # Cheap first cut: offset_ps's tag sits 4, 5 or 6 bytes in.
+        at = at[(buf[at + 4] == 0x10) | (buf[at + 5] == 0x10) | (buf[at + 6] == 0x10)]
+        first = buf[at + 1]
+        long_length = first >= 0x80
+        second = buf[at + 2]
+        ok = ~long_length | (second < 0x80)
+        length = np.where(long_length, (first & 0x7F).astype(np.int64) | (second.astype(np.int64) << 7),
+                          first.astype(np.int64))
+        body = at + 2 + long_length
+        ok &= buf[body] == 0x08
+        id_first = buf[body + 1]
+        id_second = buf[body + 2]
+        long_id = id_first >= 0x80
+        ok &= ~long_id | (id_second < 0x80)
+        ok &= buf[body + 2 + long_id] == 0x10
+        end = body + length
+        ok &= end <= stop
+        records.append(at[ok])
+        bodies.append(body[ok])
+        ends.append(end[ok])
+        metadata_id = np.where(long_id, (id_first & 0x7F).astype(np.int64)
+                               | (id_second.astype(np.int64) << 7), id_first.astype(np.int64))
+        ids.append(metadata_id[ok])
+    return (_concat(records, np.int64), _concat(bodies, np.int64), _concat(ends, np.int64),
+            _concat(ids, np.int64))
 
 
-def _split_line_fast(data, buf, start, stop, first_event):
-    """Event spans of a line via the protobuf runtime; None when the layout is unusual."""
-    raw = _RawEventsLine()
-    try:
-        raw.ParseFromString(memoryview(data)[start:stop])
-    except Exception:
-        return None
-    events = raw.events
-    count = len(events)
-    # Each event becomes a short-lived bytes object just to be measured.
-    lengths = np.fromiter(map(len, events), np.int64, count)
-    del events, raw
-    # Serializers write a repeated field contiguously; check that this one did.
-    record = 1 + _varint_sizes(lengths) + lengths
-    tags = first_event + np.cumsum(record) - record
-    if count and int(tags[-1] + record[-1]) > stop:
-        return None
-    if count and not (buf[tags] == _EVENT_TAG).all():
-        return None
-    decoded, bodies = _varints(buf, tags + 1)
-    if not np.array_equal(decoded.astype(np.int64), lengths):
-        return None
-    return bodies, bodies + lengths
+def _walk_events(data, buf, first, stop):
+    """Spans of the run of XLine.events records that starts at ``first``.
+
+    Exact: it steps from one record to the next by the record's length, as
+    a protobuf parser does, but a whole stretch of records at once where the
+    candidates of :func:`_event_starts` already chain up; only records the
+    signature misses (and stray candidates) cost a Python step.
+
+    Returns (body starts, body stops, metadata ids, position after the run);
+    the metadata id is -1 where the event did not start with it.
+    """
+    records, bodies, ends, ids = _event_starts(buf, first, stop)
+    chained = np.zeros(records.size, dtype=bool)
+    chained[:-1] = ends[:-1] == records[1:]
+    breaks = np.flatnonzero(~chained)  # the last candidate always breaks
+    pieces_start, pieces_stop, pieces_id, extra_start, extra_stop = [], [], [], [], []
+
+    def flush_extra():
+        pieces_start.append(np.array(extra_start, dtype=np.int64))
+        pieces_stop.append(np.array(extra_stop, dtype=np.int64))
+        pieces_id.append(np.full(len(extra_start), -1, dtype=np.int64))
+        extra_start.clear()
+        extra_stop.clear()
+
+    pos = first
+    while pos < stop and data[pos] == _EVENT_TAG:
+        k = int(np.searchsorted(records, pos))
+        if k < records.size and records[k] == pos:
+            if extra_start:
+                flush_extra()
+            j = int(breaks[np.searchsorted(breaks, k)])
+            pieces_start.append(bodies[k : j + 1])
+            pieces_stop.append(ends[k : j + 1])
+            pieces_id.append(ids[k : j + 1])
+            pos = int(ends[j])
+        else:
+            length, body = _varint(data, pos + 1, stop)
+            if body + length > stop:
+                raise XPlaneDecodeError(
+                    f"XLine event at byte {pos} claims {length} bytes, only {stop - body} remain"
+                )
+            extra_start.append(body)
+            extra_stop.append(body + length)
+            pos = body + length
+    if extra_start:
+        flush_extra()
+    return (_concat(pieces_start, np.int64), _concat(pieces_stop, np.int64),
+            _concat(pieces_id, np.int64), pos)
+
+
+@dataclasses.dataclass
+class _Line:
+    name: str
+    timestamp_ns: int
+    starts: np.ndarray  # event body spans
+    stops: np.ndarray
+    first_ids: np.ndarray  # metadata id when it is the event's first field, else -1
 
 
 def _read_line(data, buf, start, stop) -> _Line:
     header = {}
-    first_event = None
-    for number, wire, value, field_start, _ in _fields(data, start, stop, "XLine"):
-        if number == 4:
-            first_event = field_start
+    starts, stops, ids = [], [], []
+    pos = start
+    while pos < stop:
+        if data[pos] == _EVENT_TAG:
+            run_starts, run_stops, run_ids, pos = _walk_events(data, buf, pos, stop)
+            starts.append(run_starts)
+            stops.append(run_stops)
+            ids.append(run_ids)
+            continue
+        for number, wire, value, _, field_stop in _fields(data, pos, stop, "XLine"):
+            if number == 4:
+                raise XPlaneDecodeError("XLine.events has the wrong wire type")
+            header[number] = (wire, value)
+            pos = field_stop
             break
-        header[number] = (wire, value)
-    spans = None
-    if first_event is not None:
-        spans = _split_line_fast(data, buf, start, stop, first_event)
-        if spans is not None:
-            # Header fields may follow the events; read them from the tail.
-            tail = int(spans[1][-1]) if spans[1].size else first_event
-            for number, wire, value, _, _ in _fields(data, tail, stop, "XLine"):
-                header[number] = (wire, value)
-        else:
-            spans = _split_line_slow(data, start, stop, header)
-    else:
-        spans = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def text(number):
         wire, value = header.get(number, (None, None))
@@ -849,31 +960,10 @@ def _read_line(data, buf, start, stop) -> _Line:
     return _Line(
         name=text(11) or text(2),
         timestamp_ns=_signed(stamp) if wire == 0 else 0,
-        starts=spans[0],
-        stops=spans[1],
+        starts=_concat(starts, np.int64),
+        stops=_concat(stops, np.int64),
+        first_ids=_concat(ids, np.int64),
     )
-
-
-def _split_line_slow(data, start, stop, header):
-    """Event spans of a line, one field at a time (exact for any field order)."""
-    starts, stops = [], []
-    for number, wire, value, _, _ in _fields(data, start, stop, "XLine"):
-        if number == 4:
-            if wire != 2:
-                raise XPlaneDecodeError("XLine.events has the wrong wire type")
-            starts.append(value[0])
-            stops.append(value[1])
-        else:
-            header[number] = (wire, value)
-    return np.array(starts, dtype=np.int64), np.array(stops, dtype=np.int64)
-
-
-@dataclasses.dataclass
-class _Line:
-    name: str
-    timestamp_ns: int
-    starts: np.ndarray
-    stops: np.ndarray
 
 
 # -- decoding a whole space ---------------------------------------------------------------
@@ -957,21 +1047,6 @@ def decode_space(
     return DecodedSpace(planes=planes, base_ns=base_ns, hostnames=hostnames)
 
 
-def _first_metadata_ids(buf, starts, stops):
-    """Metadata id of each event when it is the first field (the usual layout), else -1."""
-    ids = np.full(starts.size, -1, dtype=np.int64)
-    nonempty = np.flatnonzero(starts < stops)
-    if not nonempty.size:
-        ids[:] = 0
-        return ids
-    ids[starts >= stops] = 0
-    leading = nonempty[buf[starts[nonempty]] == 0x08]
-    if leading.size:
-        values, _ = _varints(buf, starts[leading] + 1)
-        ids[leading] = values.view(np.int64)
-    return ids
-
-
 def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_stats, samples):
     event_names = {int(k): v.name for k, v in plane.event_metadata.items()}
     stat_names = {int(k): v.name for k, v in plane.stat_metadata.items()}
@@ -990,7 +1065,7 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
     )
 
     total = sum(line.starts.size for line in lines)
-    first_ids = [_first_metadata_ids(buf, line.starts, line.stops) for line in lines]
+    first_ids = [line.first_ids for line in lines]
 
     if marker_stat_ids.size and lines:
         # Which kinds of events carry marker stats? Look at a few of each kind.
@@ -1026,10 +1101,13 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
         sel_stops.append(line.stops[keep])
         sel_line.append(np.full(keep.size, index, dtype=np.int32))
         sel_offset_base.append(np.full(keep.size, (line.timestamp_ns - base_ns) * 1000, np.int64))
-    starts = np.concatenate(sel_starts) if sel_starts else np.zeros(0, np.int64)
-    stops = np.concatenate(sel_stops) if sel_stops else np.zeros(0, np.int64)
-    line_of = np.concatenate(sel_line) if sel_line else np.zeros(0, np.int32)
-    base_of = np.concatenate(sel_offset_base) if sel_offset_base else np.zeros(0, np.int64)
+        line.starts = line.stops = line.first_ids = None  # every event: no longer needed
+    del first_ids
+    starts = _concat(sel_starts, np.int64)
+    stops = _concat(sel_stops, np.int64)
+    line_of = _concat(sel_line, np.int32)
+    base_of = _concat(sel_offset_base, np.int64)
+    del sel_starts, sel_stops, sel_line, sel_offset_base
 
     lut = None
     if value_stats is not None:
@@ -1037,10 +1115,8 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
         ids = [sid for sid, name in stat_names.items() if name in value_stats and sid >= 0]
         lut = np.zeros(max(ids, default=0) + 1, dtype=bool)
         lut[ids] = True
-    events, stats = _decode_events(buf, starts, stops, wanted_ids, lut)
+    events, stats, strings = _decode_events(buf, starts, stops, wanted_ids, lut)
     keep = events["keep"]
-    strings, stat_string = _intern_texts(buf, stats.text_start, stats.text_stop,
-                                         np.isin(stats.kind, (KIND_STR, KIND_BYTES)))
     return PlaneEvents(
         name=plane.name,
         event_names=event_names,
@@ -1052,30 +1128,47 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
         start_ps=(base_of + events["offset_ps"])[keep],
         duration_ps=events["duration_ps"][keep],
         strings=strings,
-        stat_event=stats.row,
-        stat_id=stats.metadata_id,
-        stat_kind=stats.kind,
-        stat_raw=stats.raw,
-        stat_string=stat_string,
+        stat_event=stats["event"],
+        stat_id=stats["id"],
+        stat_kind=stats["kind"],
+        stat_raw=stats["raw"],
+        stat_string=stats["string"],
         metadata_stats=metadata_stats,
     )
 
 
-_EVENTS_PER_BLOCK = 32768  # events decoded together: their bytes stay in cache
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """int32 when every value fits, else the values unchanged."""
+    if not values.size or (int(values.min()) >= -(1 << 31) and int(values.max()) < 1 << 31):
+        return values.astype(np.int32)
+    return values
+
+
+def _concat(parts, dtype):
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+_EVENTS_PER_BLOCK = 8192  # events decoded together: their bytes stay in cache
+_FAST_RECORDS_PER_ROUND = 4  # short fields read per message per round
 
 
 def _decode_events(buf, starts, stops, wanted_ids, keep_lut):
     """Decode the events ``buf[starts[i]:stops[i]]`` and their stats.
 
-    Returns (columns, stats): ``columns`` holds metadata_id, offset_ps,
-    duration_ps and ``keep`` (the metadata id is wanted; events whose id was
-    not their first field are only filtered here); ``stats.row`` indexes the
-    kept events.
+    Returns (columns, stats, strings). ``columns`` holds metadata_id,
+    offset_ps, duration_ps and ``keep`` (the metadata id is wanted; events
+    whose id was not their first field are only filtered here). ``stats``
+    holds one entry per kept stat: ``event`` (index among the kept events),
+    ``id``, ``kind``, ``raw`` and ``string`` (index into ``strings``, -1
+    when not a text). Blocks of events are decoded together so that their
+    bytes stay in cache and temporary arrays stay small.
     """
     n = starts.size
     columns = {name: np.zeros(n, dtype=np.int64) for name in ("metadata_id", "offset_ps",
                                                               "duration_ps")}
-    parts = []
+    texts: dict[str, int] = {}
+    parts = {name: [] for name in ("event", "id", "kind", "raw", "string")}
+    event_dtype = np.int32 if n < 1 << 31 else np.int64
     for first in range(0, n, _EVENTS_PER_BLOCK):
         last = min(n, first + _EVENTS_PER_BLOCK)
         scanned = _scan_messages(buf, starts[first:last], stops[first:last],
@@ -1084,23 +1177,33 @@ def _decode_events(buf, starts, stops, wanted_ids, keep_lut):
             columns[name][first:last] = scanned.values[field].view(np.int64)
         # Spans come one field round at a time, so each event's stats keep
         # their written order (the last of a repeated stat wins).
-        owner = scanned.span_owner[4]
         stats = _decode_stats(buf, scanned.span_start[4], scanned.span_stop[4], keep_lut)
-        parts.append((owner[stats.row] + first, stats))
+        is_text = (stats.kind == KIND_STR) | (stats.kind == KIND_BYTES)
+        parts["event"].append((scanned.span_owner[4][stats.row] + first).astype(event_dtype))
+        parts["id"].append(_narrow(stats.metadata_id))
+        parts["kind"].append(stats.kind)
+        parts["raw"].append(stats.raw)
+        parts["string"].append(
+            _intern_texts(buf, stats.text_start, stats.text_stop, is_text, texts)
+        )
+        del scanned, stats
     keep = np.isin(columns["metadata_id"], wanted_ids)
     columns["keep"] = keep
-    renumber = np.cumsum(keep) - 1
-    rows, fields = [], []
-    for owner, stats in parts:
-        mine = keep[owner]
-        rows.append(renumber[owner[mine]])
-        fields.append([getattr(stats, f.name)[mine] for f in dataclasses.fields(_Stats)][1:])
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return columns, _Stats(empty, empty, empty.astype(np.int8), empty.astype(np.uint64),
-                               empty, empty)
-    merged = [np.concatenate(column) for column in zip(*fields)]
-    return columns, _Stats(np.concatenate(rows), *merged)
+    # Columns are narrow where the values fit: this table is most of the memory.
+    wide_ids = any(p.dtype == np.int64 for p in parts["id"])
+    dtypes = dict(event=event_dtype, id=np.int64 if wide_ids else np.int32,
+                  kind=np.int8, raw=np.uint64, string=np.int32)
+    # One column at a time, so that only one is ever held twice.
+    event = _concat(parts.pop("event"), dtypes["event"])
+    mask = None if keep.all() else keep[event]
+    if mask is not None:
+        event = (np.cumsum(keep) - 1)[event[mask]].astype(dtypes["event"])
+    out = {"event": event}
+    for name in ("id", "kind", "raw", "string"):
+        column = _concat(parts.pop(name), dtypes[name])
+        out[name] = column if mask is None else column[mask]
+        del column
+    return columns, out, list(texts)
 
 
 def _events_with_stats(buf, starts, stops, ids, stat_ids) -> set[int]:
@@ -1126,10 +1229,9 @@ def _first_occurrences(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(ids, return_index=True)
 
 
-def _intern_texts(buf, starts, stops, is_text) -> tuple[list[str], np.ndarray]:
-    """Intern the str / bytes values: (distinct texts, code per stat or -1)."""
+def _intern_texts(buf, starts, stops, is_text, index: dict[str, int]) -> np.ndarray:
+    """Intern the str / bytes values into ``index`` (text -> code); -1 elsewhere."""
     codes = np.full(starts.size, -1, dtype=np.int32)
-    index: dict[str, int] = {}
     rows = np.flatnonzero(is_text)
     lengths = stops[rows] - starts[rows]
     for length in np.unique(lengths).tolist():
@@ -1143,4 +1245,4 @@ def _intern_texts(buf, starts, stops, is_text) -> tuple[list[str], np.ndarray]:
             texts = [d.tobytes().decode("utf-8", "replace") for d in distinct]
         mapped = np.array([index.setdefault(t, len(index)) for t in texts], dtype=np.int32)
         codes[group] = mapped[inverse.ravel()]
-    return list(index), codes
+    return codes

@@ -50,10 +50,10 @@ def test_parse_plugin_metadata_is_strict(content, message):
 
 def test_hand_encoded_values_equal_protobuf_encoding():
     for tag in ("leak/process/rss_bytes", "leak/objects/" + "x" * 300, "leak/objects/ünïcode.Type"):
-        value = 123456789.25
+        value = 123456789.0
         expected = summary_pb2.Summary()
         expected.value.add(tag=tag, tensor=summary._scalar_tensor(value))
-        encoded = summary._value_prefix(tag) + struct.pack("<d", value)
+        encoded = summary._value_prefix(tag) + struct.pack("<f", value)
         assert summary_pb2.Summary.FromString(encoded) == expected
 
 
@@ -68,7 +68,7 @@ def _write(logdir, steps, infos=(RSS, DICTS)):
 def test_event_writer_output_reads_back_with_tensorboard_and_tb_leak(tmp_path):
     (path,) = _write(str(tmp_path / "run"), range(50))
     events = list(event_file_loader.EventFileLoader(path).Load())
-    values = [(e.step, v.tag, v.tensor.double_val[0]) for e in events for v in e.summary.value]
+    values = [(e.step, v.tag, v.tensor.float_val[0]) for e in events for v in e.summary.value]
     assert values[:2] == [(0, RSS.tag, 0.0), (0, DICTS.tag, 1.0)]
     # Metadata only on the first point of each tag.
     with_meta = [v.tag for e in events for v in e.summary.value if v.HasField("metadata")]

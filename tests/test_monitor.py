@@ -214,7 +214,7 @@ def test_monitor_stays_within_overhead_budget(tmp_path):
     # The budget is spent by paying for each probe group's measured cost;
     # allow a little slack for timer noise on a shared machine.
     assert stats["overhead"] <= 0.015, stats
-    assert stats["units"]["cheap"]["runs"] >= 10
+    assert stats["units"]["cheap"]["runs"] >= 3
 
 
 def test_no_tensorflow_path_in_subprocess(tmp_path):

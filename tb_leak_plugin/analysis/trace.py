@@ -524,11 +524,22 @@ def _combined_key(columns: list[np.ndarray]) -> np.ndarray:
     """Dense int64 id (0..k-1) of each distinct row of the given code columns."""
     key = np.zeros(columns[0].size, dtype=np.int64)
     for column in columns:
-        _, column_rank = np.unique(column, return_inverse=True)
-        _, key = np.unique(key * (int(column_rank.max(initial=0)) + 1) + column_rank.ravel(),
-                           return_inverse=True)
-        key = key.ravel().astype(np.int64)
+        _, rank = _dense(column.astype(np.int64))
+        _, key = _dense(key * (int(rank.max(initial=0)) + 1) + rank)
     return key
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, index of each among them); O(n) for small non-negative ints."""
+    if values.size and int(values.min()) >= 0 and int(values.max()) < 1 << 22:
+        seen = np.zeros(int(values.max()) + 1, dtype=bool)
+        seen[values] = True
+        distinct = np.flatnonzero(seen)
+        slot = np.zeros(seen.size, dtype=np.int64)
+        slot[distinct] = np.arange(distinct.size)
+        return distinct, slot[values]
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return distinct, inverse.ravel().astype(np.int64)
 
 
 def rank_ops(ops: list[OpRetention]) -> list[OpRetention]:

@@ -67,7 +67,7 @@ ONSET_CANDIDATES = 48
 MIN_WINDOW_SHARE = 0.2
 MIN_WINDOW_POINTS = 10
 # Cycle floors needed before a sawtooth series can be judged.
-MIN_CYCLES = 4
+MIN_CYCLES = 2
 # A saturating fit replaces the hinge when it lowers the RSS by this many noise variances.
 SATURATION_PENALTY = 10.0
 SATURATION_TAUS = 16
@@ -136,28 +136,31 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     resets = _find_resets(y_blk)
     sawtooth = len(resets) >= 2
     if sawtooth:
-        t_an, y_an = _cycle_floors(t_blk, y_blk, resets)
-        if t_an.size < MIN_CYCLES:
-            return _too_few_cycles(n, dropped, unit, t_an.size, steps_f)
+        if resets.size < MIN_CYCLES:
+            return _too_few_cycles(n, dropped, unit, resets.size, steps_f)
+        t_an, y_an, ramp, cycle_noise = _desawtooth(t_blk, y_blk, resets)
     else:
         t_an, y_an = t_blk, y_blk
     an = _analyse(t_an, y_an)
 
-    # Noise in the user's unit: raw residuals around the fit (cycle floors for sawtooth).
-    if sawtooth or t_an.size == n:
+    # Noise in the user's unit: raw residuals around the fit.
+    if sawtooth:
+        noise = cycle_noise if t_blk.size == n else max(
+            cycle_noise, _within_block_noise(values_f, y_blk))
+    elif t_an.size == n:
         noise = an.resid_sd
     else:
         noise = _raw_noise(steps_f, values_f, an)
     noise_floor = max(noise, 1e-9 * max(abs(float(np.median(y_an))), 1.0))
+    aliasing = 0.0
     if sawtooth:
-        # Samples land at a different point of each cycle (the sampling interval
-        # beats against the period), so a floor can drift by up to one ramp
-        # step between samples with no leak at all: that much is noise.
-        rises = np.delete(np.diff(y_blk), resets - 1)
-        noise_floor = max(noise_floor, float(np.median(rises)))
+        # The reset happens somewhere between two samples, and where it falls
+        # drifts from cycle to cycle when the sampling interval beats against
+        # the period: the floor can wander by one ramp step with no leak at all.
+        aliasing = max(0.0, ramp * float(np.median(np.diff(t_blk))))
     steps_per_second = _steps_per_second(steps_f, walls_f, an.t_onset)
-    return _decide(an, n, dropped, unit, noise, noise_floor, steps_per_second,
-                   available_bytes, sawtooth, steps_f)
+    return _decide(an, n, dropped, unit, noise, noise_floor, aliasing, steps_per_second,
+                   available_bytes, resets.size if sawtooth else 0, steps_f)
 
 
 # --------------------------------------------------------------------------- preparation
@@ -182,22 +185,24 @@ def _prepare(steps, values, wall_times):
             w = None
         elif w is not None:
             w = w[:size]
-    finite = np.isfinite(s) & np.isfinite(v)
+    finite = np.isfinite(v)
+    if not np.issubdtype(np.asarray(steps).dtype, np.integer):
+        finite &= np.isfinite(s)
     dropped = int(size - np.count_nonzero(finite))
     if dropped:
         s, v = s[finite], v[finite]
         w = w[finite] if w is not None else None
     if s.size > 1:
-        gaps = np.diff(s)
-        if np.any(gaps < 0):
+        smallest_gap = float(np.min(np.diff(s)))
+        if smallest_gap < 0:
             order = np.argsort(s, kind="stable")
             s, v = s[order], v[order]
             w = w[order] if w is not None else None
-            gaps = np.diff(s)
-        if np.any(gaps == 0):
+            smallest_gap = float(np.min(np.diff(s)))
+        if smallest_gap == 0:
             # A restarted job rewrites steps; its last write is the one that stands.
             keep = np.ones(s.size, dtype=bool)
-            keep[:-1] = gaps != 0
+            keep[:-1] = np.diff(s) != 0
             s, v = s[keep], v[keep]
             w = w[keep] if w is not None else None
     return s, v, w, dropped
@@ -242,13 +247,34 @@ def _find_resets(y):
     return idx[before - after > threshold / 2]
 
 
-def _cycle_floors(t, y, resets):
-    """One point per reset cycle: its start step and its minimum value.
+def _desawtooth(t, y, resets):
+    """Remove the periodic fill-and-clear ramp, keeping any growth of its floor.
 
-    Points before the first reset are left out: that cycle may start mid-ramp
-    or in the warm-up, so its minimum is not a floor.
+    Fits y = a + b*t + c*phase, where phase is the steps since the cycle's
+    reset (the first point after it), and returns the points from the first
+    reset on with c*phase subtracted: a working buffer leaves a flat series,
+    a leak under it a rising one. Points before the first reset are left out,
+    since that cycle may start mid-ramp or in the warm-up.
+    Returns (steps, values, ramp per step c, noise): the noise is the robust sd
+    of the residuals around each cycle's own ramp, free of how well the cycles
+    line up with each other.
     """
-    return t[resets], np.minimum.reduceat(y[resets[0]:], resets - resets[0])
+    start = int(resets[0])
+    tt, yy = t[start:], y[start:]
+    cycle = np.searchsorted(resets, np.arange(start, t.size), side="right") - 1
+    phase = tt - t[resets][cycle]
+    fit = _regress([tt - tt[0], phase], yy)
+    ramp = float(fit.beta[2])
+    # Within-cycle residuals: each cycle's mean removed, one common ramp.
+    bounds = resets - start
+    counts = np.diff(np.append(bounds, tt.size))
+    y_in = yy - np.repeat(np.add.reduceat(yy, bounds) / counts, counts)
+    p_in = phase - np.repeat(np.add.reduceat(phase, bounds) / counts, counts)
+    spp = float(p_in @ p_in)
+    resid = y_in - (float(p_in @ y_in) / spp if spp > 0 else 0.0) * p_in
+    lost = bounds.size + 1  # one mean per cycle and the ramp
+    noise = _robust_sd(resid) * math.sqrt(tt.size / max(tt.size - lost, 1))
+    return tt, yy - ramp * phase, ramp, noise
 
 
 # --------------------------------------------------------------------------- fitting
@@ -576,6 +602,17 @@ def _robust_sd(x):
     return _MAD_TO_SD * float(np.median(np.abs(x - np.median(x))))
 
 
+def _within_block_noise(y, y_blk):
+    """Robust sd of raw samples around their block's median (the sub-block noise)."""
+    n, m = y.size, y_blk.size
+    k = n // m
+    r = n - m * k
+    stride = max(1, m // 64)
+    rows = np.arange(0, m, stride)
+    dev = y[r:].reshape(m, k)[rows] - y_blk[rows, None]
+    return _robust_sd(dev.ravel())
+
+
 def _raw_noise(t, y, an):
     """Robust sd of raw samples around the fitted model, on a strided subsample."""
     start = int(np.searchsorted(t, an.t_warmup))
@@ -589,12 +626,13 @@ def _steps_per_second(t, w, t_from):
     """Training speed over the analysed window: median of per-interval step rates."""
     if w is None:
         return None
-    sel = (t >= t_from) & np.isfinite(w)
-    tt, ww = t[sel], w[sel]
+    start = int(np.searchsorted(t, t_from))
+    stride = max(1, (t.size - start) // 2000)
+    tt, ww = t[start::stride], w[start::stride]
+    ok = np.isfinite(ww)
+    tt, ww = tt[ok], ww[ok]
     if tt.size < 2:
         return None
-    stride = max(1, tt.size // 2000)
-    tt, ww = tt[::stride], ww[::stride]
     dt, dw = np.diff(tt), np.diff(ww)
     good = dw > 0
     if not np.any(good):
@@ -607,11 +645,15 @@ def _steps_per_second(t, w, t_from):
 # --------------------------------------------------------------------------- verdict
 
 
-def _decide(an, n, dropped, unit, noise, noise_floor, sps, available_bytes, sawtooth, steps):
+def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_bytes,
+            n_resets, steps):
+    sawtooth = n_resets > 0
     window = an.t_end - an.t_onset
     growth = an.slope * window
     growth_se = an.slope_se * window
-    material = MATERIAL_NOISE_SD * noise_floor
+    # Aliasing raises the bar for a leak but never lowers the bar for "no_leak":
+    # coarse sampling hides a leak as easily as it fakes one.
+    material = max(MATERIAL_NOISE_SD * noise_floor, aliasing)
     no_leak_bound = NO_LEAK_NOISE_SD * noise_floor
 
     significant = an.slope > 0 and an.p < ALPHA_LEAK
@@ -670,8 +712,6 @@ def _decide(an, n, dropped, unit, noise, noise_floor, sps, available_bytes, sawt
     explanations = {} if significant else {"flat": (l_slope, l_se, l_df, line_window)}
     if an.model == "saturating":
         explanations["saturating"] = (an.slope, an.slope_se, an.df, window)
-    elif filling:
-        explanations["saturating"] = ws[:3] + (window,)
     if an.tail is not None and stopped:
         explanations["stopped"] = an.tail + (window,)
     if step_better and st["height"] > 4 * st["height_se"]:
@@ -712,8 +752,8 @@ def _decide(an, n, dropped, unit, noise, noise_floor, sps, available_bytes, sawt
                       f"then stopped: at most {upper_txt} more over the last "
                       f"{_samples_since(steps, an.t_end - TAIL_FRACTION * window)} samples")
         elif sawtooth:
-            reason = (f"periodic resets ({an.t.size} cycles); the floor grows at most "
-                      f"{upper_txt} over the run")
+            reason = (f"a buffer that fills and is cleared ({n_resets} resets); its floor "
+                      f"grows at most {upper_txt} over the run")
         else:
             reason = (f"no material growth: at most {upper_txt} over the last "
                       f"{_samples_since(steps, an.t_warmup)} of {n} samples (noise "

@@ -1,0 +1,203 @@
+"""The Leak tab as a person sees it: a real TensorBoard, a real browser.
+
+TensorBoard runs as a subprocess over a logdir written by real TensorFlow
+loops, once with the Python multiplexer (--load_fast=false) and once with
+the Rust data server (--load_fast=true); headless Chromium opens the
+plugin's entry page (what TensorBoard puts in the tab's iframe).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conftest_plugin as cp  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(cp.CHROMIUM), reason=f"Chromium not found at {cp.CHROMIUM} (apt-get install chromium)"
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+READY = "[data-testid=leak-app][data-state=ready]"
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    return cp.leak_logdir(tmp_path_factory)[0]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=cp.CHROMIUM, args=cp.CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["load_fast=false", "load_fast=true"])
+def tensorboard(request, logdir):
+    with cp.TensorBoardProcess(logdir, load_fast=request.param) as board:
+        yield board
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 1000})
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def open_tab(page, board):
+    page.goto(f"{board.url}/data/plugin_entry.html?name=leak")
+    page.wait_for_selector(READY, timeout=30_000)
+
+
+def select_run(page, run):
+    page.locator(f"[data-testid=run-item][data-run='{run}']").click()
+    page.wait_for_selector(READY, timeout=30_000)
+
+
+def check_monitor_runs_visible(board):
+    runs = {row["run"] for row in board.get_json("/data/plugin/leak/runs")["runs"]}
+    if cp.LEAKY not in runs:
+        pytest.fail(
+            f"TensorBoard ({'--load_fast=true, Rust data server' if board.load_fast else 'multiplexer'}) "
+            f"lists no series written by tb_leak_plugin.Monitor (runs seen: {sorted(runs)}). "
+            "tensorboard-data-server 0.7.2 silently drops DT_DOUBLE scalar tensors; the summary "
+            "writer must write DT_FLOAT scalars for the Leak tab to work with --load_fast=true "
+            "(TensorBoard's default when the data server is installed)."
+        )
+
+
+def test_every_point_is_kept(tensorboard):
+    """fix_flags' samples_per_plugin default reaches both data paths: > 10 points."""
+    check_monitor_runs_visible(tensorboard)
+    body = tensorboard.get_json(f"/data/plugin/leak/timeline?run={cp.LEAKY}&tag={cp.RSS_TAG}&points=10000")
+    assert body["total_points"] > 0.8 * cp.STEPS
+
+
+def test_verdicts_charts_and_ops(tensorboard, page, tmp_path):
+    check_monitor_runs_visible(tensorboard)
+    open_tab(page, tensorboard)
+    leaky = page.locator(f"[data-testid=run-item][data-run='{cp.LEAKY}']")
+    clean = page.locator(f"[data-testid=run-item][data-run='{cp.CLEAN}']")
+    assert leaky.locator("[data-testid=verdict-badge]").inner_text() == "leak"
+    assert clean.locator("[data-testid=verdict-badge]").inner_text() != "leak"
+    first = page.locator("[data-testid=run-item]").first
+    assert first.get_attribute("data-verdict") == "leak", "leaks are listed first"
+
+    select_run(page, cp.LEAKY)
+    assert page.locator("[data-testid=summary-run]").inner_text() == cp.LEAKY
+    assert page.locator("[data-testid=run-summary] [data-testid=verdict-badge]").inner_text() == "leak"
+    memory_chart = page.locator(f"[data-testid=chart][data-tag='{cp.TF_TAG}']")
+    assert memory_chart.locator("path[data-role=series]").count() == 1
+    path = memory_chart.locator("path[data-role=series]").get_attribute("d")
+    assert path.count("L") > 50, "the line has its points"
+    assert memory_chart.locator("[data-role=trend]").count() == 1
+    assert memory_chart.locator("[data-role=band]").count() == 1
+    assert page.locator("[data-testid=chart] path[data-role=series]").count() >= 3
+    assert memory_chart.locator("svg.chart text").count() > 4, "axes are labelled"
+    assert any(unit in memory_chart.inner_text() for unit in ("MiB", "GiB", "KiB"))
+
+    # Hover read-out.
+    box = memory_chart.locator("rect.overlay").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
+    readout = memory_chart.locator("[data-testid=readout]")
+    readout.wait_for(state="visible")
+    assert "step" in readout.inner_text() and "MiB" in readout.inner_text()
+
+    ops = page.locator("[data-testid=ops-section]")
+    if _have_traces():
+        table = ops.locator("[data-testid=ops-table]")
+        table.wait_for()
+        names = table.locator("[data-testid=op-name]").all_inner_texts()
+        assert any("MatMul" in name for name in names), names
+    else:
+        assert ops.locator("[data-testid=ops-empty]").count() == 1
+    page.mouse.move(5, 5)
+    _screenshot(page, tmp_path, f"leak-tab{'-load-fast' if tensorboard.load_fast else ''}.png")
+
+    # Wall-time axis.
+    page.locator("[data-testid=x-toggle] [data-value=wall_time]").click()
+    page.wait_for_selector(READY)
+    labels = memory_chart.locator("svg.chart .axis text").all_text_contents()
+    assert any(":" in label for label in labels), labels
+    assert not page.errors, page.errors
+
+
+def test_compare_overlays_runs(tensorboard, page):
+    check_monitor_runs_visible(tensorboard)
+    open_tab(page, tensorboard)
+    for run in (cp.LEAKY, cp.CLEAN):
+        page.locator(f"[data-testid=run-item][data-run='{run}'] input.compare-toggle").check()
+    page.locator("[data-testid=compare-button]").click()
+    page.wait_for_selector(READY)
+    chart = page.locator("[data-testid=compare-card] [data-testid=chart]")
+    assert chart.locator("path[data-role=series]").count() == 2
+    legend = page.locator("[data-testid=legend]").inner_text()
+    assert cp.LEAKY in legend and cp.CLEAN in legend
+    assert not page.errors, page.errors
+
+
+def test_hostile_names_render_as_text(tensorboard, page):
+    if tensorboard.load_fast:
+        check_monitor_runs_visible(tensorboard)  # the hostile run is written like the Monitor's
+    open_tab(page, tensorboard)
+    item = page.locator("[data-testid=run-item]").filter(has_text="onerror")
+    assert item.locator("[data-testid=run-name]").inner_text() == cp.XSS
+    item.click()
+    page.wait_for_selector(READY)
+    assert page.locator("[data-testid=summary-run]").inner_text() == cp.XSS
+    row = page.locator("[data-testid=object-row]").first
+    assert row.locator("[data-testid=object-type]").inner_text() == cp.XSS
+    assert row.get_attribute("data-growing") == "true"
+    assert page.locator("img").count() == 0, "a name became markup"
+    assert page.evaluate("() => window.__xss") is None
+    assert not page.errors, page.errors
+
+
+def test_empty_and_error_states(tensorboard, page):
+    page.route("**/data/plugin/leak/runs", lambda route: route.fulfill(
+        status=200, content_type="application/json", body='{"runs": []}'))
+    open_tab(page, tensorboard)
+    empty = page.locator("[data-testid=empty-state]")
+    assert "Monitor(" in empty.inner_text() and "monitor.sample(step)" in empty.inner_text()
+    page.unroute("**/data/plugin/leak/runs")
+    page.route("**/data/plugin/leak/runs", lambda route: route.fulfill(status=500, body="boom"))
+    page.goto(f"{tensorboard.url}/data/plugin_entry.html?name=leak")
+    page.wait_for_selector("[data-testid=error]")
+    assert "Could not load the runs" in page.locator("[data-testid=error]").inner_text()
+
+
+def _screenshot(page, tmp_path, name):
+    path = tmp_path / name
+    # The tab scrolls inside its own panel: grow the viewport to show all of it.
+    size = page.viewport_size
+    height = page.evaluate("() => document.querySelector('[data-testid=content]').scrollHeight")
+    page.set_viewport_size({"width": size["width"], "height": max(size["height"], min(height, 6000))})
+    page.wait_for_timeout(200)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(size)
+    out = os.path.join(REPO, "test-output")
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(path, os.path.join(out, name))
+
+
+def _have_traces() -> bool:
+    try:
+        from tb_leak_plugin import traces  # noqa: F401
+    except ImportError:
+        return False
+    return True
