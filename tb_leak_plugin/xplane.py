@@ -531,20 +531,22 @@ class _Scanned:
     """Fields of many messages: scalars per message, spans per occurrence."""
 
     values: dict[int, np.ndarray]
-    present: dict[int, np.ndarray]
     last_field: np.ndarray  # per message: the last oneof field seen (0 = none)
     span_owner: dict[int, np.ndarray]
     span_start: dict[int, np.ndarray]
     span_stop: dict[int, np.ndarray]
 
 
-def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fields=()) -> _Scanned:
+def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fields=(),
+                   span_filter=None) -> _Scanned:
     """Read every field of the messages ``buf[starts[i]:stops[i]]`` in lockstep.
 
     Varint and fixed64 fields in ``scalar_fields`` are kept (the last one
     wins, as in protobuf); length-delimited fields in ``span_fields`` are
     returned as (owner, start, stop) per occurrence; other fields are
     skipped; ``last_field`` records the last of ``oneof_fields`` seen.
+    ``span_filter(message rows, span starts) -> keep mask`` may drop short
+    spans as they are found (stats nobody asked for).
 
     Each round reads one field of every message still open. Short
     length-delimited fields (a one-byte tag and length: nearly every stat of
@@ -552,7 +554,6 @@ def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fiel
     """
     n = starts.size
     values = {f: np.zeros(n, dtype=np.uint64) for f in scalar_fields}
-    present = {f: np.zeros(n, dtype=bool) for f in scalar_fields}
     last_field = np.zeros(n, dtype=np.int8)
     owners = {f: [] for f in span_fields}
     span_starts = {f: [] for f in span_fields}
@@ -588,11 +589,15 @@ def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fiel
                 mine = slice(None) if len(span_fields) == 1 else chain_field == f
                 rows = chain[mine]
                 if rows.size:
-                    owners[f].append(index[rows])
-                    span_starts[f].append(chain_pos[mine] + 2)
-                    span_stops[f].append(chain_after[mine])
                     if f in oneof_fields:
                         last_field[index[rows]] = f
+                    body, end = chain_pos[mine] + 2, chain_after[mine]
+                    if span_filter is not None:
+                        keep = span_filter(index[rows], body)
+                        rows, body, end = rows[keep], body[keep], end[keep]
+                    owners[f].append(index[rows])
+                    span_starts[f].append(body)
+                    span_stops[f].append(end)
             if substep == _FAST_RECORDS_PER_ROUND - 1:
                 break
             more = chain_after < stop[chain]
@@ -617,7 +622,6 @@ def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fiel
                     mine = fields == f
                     if mine.any():
                         values[f][index[rows[mine]]] = value[mine]
-                        present[f][index[rows[mine]]] = True
                 slow = slow[~plain]
         if slow.size:
             field, value = _field_step(buf, pos, slow, after, span_fields, owners,
@@ -626,7 +630,6 @@ def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fiel
                 mine = field == f
                 if mine.any():
                     values[f][index[slow[mine]]] = value[mine]
-                    present[f][index[slow[mine]]] = True
             for f in oneof_fields:
                 mine = field == f
                 if mine.any():
@@ -640,11 +643,10 @@ def _scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fiel
         index, pos, stop = index[live], after[live], stop[live]
 
     def cat(parts):
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+        return _concat(parts, np.int64)
 
     return _Scanned(
         values=values,
-        present=present,
         last_field=last_field,
         span_owner={f: cat(owners[f]) for f in span_fields},
         span_start={f: cat(span_starts[f]) for f in span_fields},
@@ -709,14 +711,15 @@ for _kind, _wire in ((KIND_DOUBLE, 1), (KIND_UINT64, 0), (KIND_INT64, 0), (KIND_
     _VALUE_TAGS[(_kind << 3) | _wire] = _kind
 
 
-def _decode_stats(buf, starts, stops, keep_lut=None) -> _Stats:
+def _decode_stats(buf, starts, stops, keep_lut=None, row_class=None) -> _Stats:
     """Decode XStat messages ``buf[starts[i]:stops[i]]``.
 
     Stats written the usual way (metadata id first, then one value that ends
     the message) are decoded in bulk: the value's length follows from the
     message length, so no byte-by-byte varint walk is needed. Any other
     layout goes through the general field scanner. With ``keep_lut``, stats
-    whose metadata id is outside it are dropped. Stats keep their order.
+    whose metadata id it does not mark are dropped; a 2-D ``keep_lut`` is
+    indexed by (``row_class``, metadata id). Stats keep their order.
     """
     n = starts.size
     if n and int(stops.max()) > buf.size:
@@ -735,9 +738,12 @@ def _decode_stats(buf, starts, stops, keep_lut=None) -> _Stats:
         value_tag_at[two] += 1
     drop = np.zeros(n, dtype=bool)
     if keep_lut is not None:
-        known = (metadata_id >= 0) & (metadata_id < keep_lut.size)
+        known = (metadata_id >= 0) & (metadata_id < keep_lut.shape[-1])
         wanted = np.zeros(rows.size, dtype=bool)
-        wanted[known] = keep_lut[metadata_id[known]]
+        if keep_lut.ndim == 2:
+            wanted[known] = keep_lut[row_class[rows[known]], metadata_id[known]]
+        else:
+            wanted[known] = keep_lut[metadata_id[known]]
         drop[rows[~wanted & (metadata_id >= 0)]] = True
         rows, metadata_id, value_tag_at = rows[wanted], metadata_id[wanted], value_tag_at[wanted]
     stop = stops[rows]
@@ -815,8 +821,12 @@ def _decode_stats(buf, starts, stops, keep_lut=None) -> _Stats:
         o_id = scanned.values[1].view(np.int64)
         has_value = o_kind > 0
         if keep_lut is not None:
-            in_lut = (o_id >= 0) & (o_id < keep_lut.size)
-            has_value &= in_lut & keep_lut[np.where(in_lut, o_id, 0)]
+            in_lut = (o_id >= 0) & (o_id < keep_lut.shape[-1])
+            slot = np.where(in_lut, o_id, 0)
+            if keep_lut.ndim == 2:
+                has_value &= in_lut & keep_lut[row_class[other], slot]
+            else:
+                has_value &= in_lut & keep_lut[slot]
         sel = np.flatnonzero(has_value)
         result.append((other[sel], o_id[sel], o_kind[sel], o_raw[sel], o_start[sel], o_stop[sel]))
     if len(result) == 1:
@@ -831,7 +841,7 @@ def _decode_stats(buf, starts, stops, keep_lut=None) -> _Stats:
 # -- splitting a line into its events ------------------------------------------------------
 
 _EVENT_TAG = 0x22  # XLine.events: field 4, length-delimited
-_SCAN_BYTES = 1 << 23  # bytes searched for event starts at a time
+_SCAN_BYTES = 1 << 20  # bytes searched for event starts at a time
 
 
 def _event_starts(buf, start, stop):
@@ -999,6 +1009,7 @@ def decode_space(
     select_names: Callable[[str], bool],
     select_stats: Collection[str] = (),
     value_stats: Collection[str] | None = None,
+    value_stats_by_event: dict[str, Collection[str]] | None = None,
     samples_per_kind: int = 3,
 ) -> DecodedSpace:
     """Decode an XSpace, keeping only the events the caller asks for.
@@ -1010,6 +1021,8 @@ def decode_space(
         metadata stats, or whose first ``samples_per_kind`` events on each
         line, carry one of these stats (step markers, tf.function calls).
       value_stats: stat names whose values are kept (None: all).
+      value_stats_by_event: for events of these names, keep these stats'
+        values instead.
 
     Returns:
       A :class:`DecodedSpace` whose planes hold the selected events as
@@ -1041,13 +1054,14 @@ def decode_space(
     select_stats = frozenset(select_stats)
     planes = [
         _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_stats,
-                      samples_per_kind)
+                      value_stats_by_event, samples_per_kind)
         for plane, lines in headers
     ]
     return DecodedSpace(planes=planes, base_ns=base_ns, hostnames=hostnames)
 
 
-def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_stats, samples):
+def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_stats,
+                  value_stats_by_event, samples):
     event_names = {int(k): v.name for k, v in plane.event_metadata.items()}
     stat_names = {int(k): v.name for k, v in plane.stat_metadata.items()}
     metadata_stats = {}
@@ -1094,9 +1108,11 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
         wanted |= found
 
     wanted_ids = np.array(sorted(wanted), dtype=np.int64)
-    sel_starts, sel_stops, sel_line, sel_offset_base = [], [], [], []
+    is_wanted = _membership(wanted_ids)
+    sel_starts, sel_stops, sel_line, sel_offset_base, sel_ids = [], [], [], [], []
     for index, (line, ids) in enumerate(zip(lines, first_ids)):
-        keep = np.flatnonzero((ids < 0) | np.isin(ids, wanted_ids))
+        keep = np.flatnonzero((ids < 0) | is_wanted(ids))
+        sel_ids.append(ids[keep])
         sel_starts.append(line.starts[keep])
         sel_stops.append(line.stops[keep])
         sel_line.append(np.full(keep.size, index, dtype=np.int32))
@@ -1107,15 +1123,12 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
     stops = _concat(sel_stops, np.int64)
     line_of = _concat(sel_line, np.int32)
     base_of = _concat(sel_offset_base, np.int64)
-    del sel_starts, sel_stops, sel_line, sel_offset_base
+    selected_ids = _concat(sel_ids, np.int64)
+    del sel_starts, sel_stops, sel_line, sel_offset_base, sel_ids
 
-    lut = None
-    if value_stats is not None:
-        value_stats = frozenset(value_stats)
-        ids = [sid for sid, name in stat_names.items() if name in value_stats and sid >= 0]
-        lut = np.zeros(max(ids, default=0) + 1, dtype=bool)
-        lut[ids] = True
-    events, stats, strings = _decode_events(buf, starts, stops, wanted_ids, lut)
+    values_wanted = _value_table(event_names, stat_names, value_stats, value_stats_by_event)
+    events, stats, strings = _decode_events(buf, starts, stops, wanted_ids, values_wanted,
+                                            selected_ids)
     keep = events["keep"]
     return PlaneEvents(
         name=plane.name,
@@ -1137,6 +1150,40 @@ def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_
     )
 
 
+def _membership(members: np.ndarray):
+    """A function: int64 array -> bool mask of the values in ``members``."""
+    top = int(members.max(initial=-1))
+    if members.size and int(members.min()) >= 0 and top < 1 << 22:
+        table = np.zeros(top + 2, dtype=bool)
+        table[members] = True
+
+        def lookup(values):
+            return table[np.clip(values, -1, top + 1)]  # -1 -> top + 1: never a member
+
+        return lookup
+    return lambda values: np.isin(values, members)
+
+
+def _value_table(event_names, stat_names, value_stats, value_stats_by_event):
+    """Which stat values to keep: None (all), or (class per event metadata id,
+    bool table [class, stat metadata id]); class 0 is the default."""
+    if value_stats is None and not value_stats_by_event:
+        return None
+    groups = [None if value_stats is None else frozenset(value_stats)]
+    class_of = {}
+    for event_name, names in (value_stats_by_event or {}).items():
+        groups.append(frozenset(names))
+        for mid, name in event_names.items():
+            if name == event_name:
+                class_of[mid] = len(groups) - 1
+    ids = [sid for sid in stat_names if 0 <= sid < 1 << 22]
+    table = np.zeros((len(groups), max(ids, default=0) + 1), dtype=bool)
+    for group, names in enumerate(groups):
+        for sid in ids:
+            table[group, sid] = names is None or stat_names[sid] in names
+    return class_of, table
+
+
 def _narrow(values: np.ndarray) -> np.ndarray:
     """int32 when every value fits, else the values unchanged."""
     if not values.size or (int(values.min()) >= -(1 << 31) and int(values.max()) < 1 << 31):
@@ -1148,11 +1195,34 @@ def _concat(parts, dtype):
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
-_EVENTS_PER_BLOCK = 8192  # events decoded together: their bytes stay in cache
+_EVENTS_PER_BLOCK = 16384  # events read together, one field per round
+_STATS_PER_CHUNK = 1 << 17  # stats decoded together: bounds temporary memory
 _FAST_RECORDS_PER_ROUND = 4  # short fields read per message per round
 
 
-def _decode_events(buf, starts, stops, wanted_ids, keep_lut):
+def _stat_filter(buf, class_of_message, keep_lut):
+    """A span filter that drops stats whose value is not wanted, by metadata id.
+
+    Only stats in the usual layout (``0x08 <one-byte id>`` first) are judged;
+    the others are kept for :func:`_decode_stats` to decode and judge.
+    """
+    width = keep_lut.shape[1]
+    limit = np.uint8(min(0x80, width))
+    flat = np.ascontiguousarray(keep_lut).ravel()
+    offset = class_of_message * width  # where each message's row of the table starts
+
+    def keep(messages, body):
+        if body.size and int(body.max()) + 1 >= buf.size:
+            body = np.minimum(body, buf.size - 2)  # only at the very end of the data
+        first, stat_id = buf[body], buf[body + 1]
+        usual = (first == 0x08) & (stat_id < limit)
+        judged = flat[offset[messages] + np.minimum(stat_id, limit - 1)]
+        return ~usual | judged
+
+    return keep
+
+
+def _decode_events(buf, starts, stops, wanted_ids, values_wanted, first_ids=None):
     """Decode the events ``buf[starts[i]:stops[i]]`` and their stats.
 
     Returns (columns, stats, strings). ``columns`` holds metadata_id,
@@ -1169,24 +1239,57 @@ def _decode_events(buf, starts, stops, wanted_ids, keep_lut):
     texts: dict[str, int] = {}
     parts = {name: [] for name in ("event", "id", "kind", "raw", "string")}
     event_dtype = np.int32 if n < 1 << 31 else np.int64
+    message_class = filter_lut = None
+    if values_wanted is not None and first_ids is not None:
+        class_of, keep_lut = values_wanted
+        # An extra class, for events whose metadata id is not known yet: keep all.
+        filter_lut = np.vstack([keep_lut, np.ones(keep_lut.shape[1], dtype=bool)])
+        message_class = np.zeros(n, dtype=np.int64)
+        message_class[first_ids < 0] = keep_lut.shape[0]
+        for mid, group in class_of.items():
+            message_class[first_ids == mid] = group
     for first in range(0, n, _EVENTS_PER_BLOCK):
         last = min(n, first + _EVENTS_PER_BLOCK)
+        span_filter = None
+        if message_class is not None:
+            span_filter = _stat_filter(buf, message_class[first:last], filter_lut)
         scanned = _scan_messages(buf, starts[first:last], stops[first:last],
-                                 scalar_fields=(1, 2, 3), span_fields=(4,))
+                                 scalar_fields=(1, 2, 3), span_fields=(4,),
+                                 span_filter=span_filter)
         for field, name in ((1, "metadata_id"), (2, "offset_ps"), (3, "duration_ps")):
             columns[name][first:last] = scanned.values[field].view(np.int64)
         # Spans come one field round at a time, so each event's stats keep
         # their written order (the last of a repeated stat wins).
-        stats = _decode_stats(buf, scanned.span_start[4], scanned.span_stop[4], keep_lut)
-        is_text = (stats.kind == KIND_STR) | (stats.kind == KIND_BYTES)
-        parts["event"].append((scanned.span_owner[4][stats.row] + first).astype(event_dtype))
-        parts["id"].append(_narrow(stats.metadata_id))
-        parts["kind"].append(stats.kind)
-        parts["raw"].append(stats.raw)
-        parts["string"].append(
-            _intern_texts(buf, stats.text_start, stats.text_stop, is_text, texts)
+        owner, span_start, span_stop = (
+            scanned.span_owner[4], scanned.span_start[4], scanned.span_stop[4]
         )
-        del scanned, stats
+        row_class = None
+        if values_wanted is not None:
+            class_of, keep_lut = values_wanted
+            if class_of:
+                mids = scanned.values[1].view(np.int64)
+                event_class = np.zeros(mids.size, dtype=np.int64)
+                for mid, group in class_of.items():
+                    event_class[mids == mid] = group
+                row_class = event_class[owner]
+            else:
+                keep_lut = keep_lut[0]
+        else:
+            keep_lut = None
+        del scanned
+        for low in range(0, owner.size, _STATS_PER_CHUNK):
+            high = low + _STATS_PER_CHUNK
+            stats = _decode_stats(buf, span_start[low:high], span_stop[low:high], keep_lut,
+                                  None if row_class is None else row_class[low:high])
+            is_text = (stats.kind == KIND_STR) | (stats.kind == KIND_BYTES)
+            parts["event"].append((owner[low:high][stats.row] + first).astype(event_dtype))
+            parts["id"].append(_narrow(stats.metadata_id))
+            parts["kind"].append(stats.kind)
+            parts["raw"].append(stats.raw)
+            parts["string"].append(
+                _intern_texts(buf, stats.text_start, stats.text_stop, is_text, texts)
+            )
+            del stats
     keep = np.isin(columns["metadata_id"], wanted_ids)
     columns["keep"] = keep
     # Columns are narrow where the values fit: this table is most of the memory.

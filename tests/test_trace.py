@@ -211,6 +211,21 @@ def test_retention_in_a_few_steps_is_not_a_leak():
     assert result.ops[0].steps_retained == 3
 
 
+def test_cache_that_fills_then_stops_is_not_a_leak():
+    space = new_space()
+    plane = add_plane(space)
+    plane.markers(20)
+    for k in range(20):
+        addr = 0x100000 + k * 0x100000
+        plane.alloc(at(k), addr, 1024, op="cache/Insert")
+        if k >= 12:  # the cache is full from step 12 on: new entries are dropped
+            plane.free(at(k, 0.9), addr, 1024)
+    result = analyze(space)
+    (op,) = result.ops
+    assert op.steps_retained == 12 and not op.suspicious
+    assert "growth stopped" in op.reason
+
+
 def test_allocations_before_the_first_marker_are_not_per_step_retention():
     space = new_space()
     plane = add_plane(space)
@@ -624,6 +639,48 @@ def _varint(n: int) -> bytes:
         out.append(byte | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def _reversed_event_bytes(event) -> bytes:
+    """An XEvent with its fields in reverse order (legal, if unusual)."""
+    out = bytearray()
+    for stat in reversed(event.stats):
+        body = stat.SerializeToString()
+        out += b"\x22" + _varint(len(body)) + body
+    out += b"\x18" + _varint(event.duration_ps)
+    out += b"\x10" + _varint(event.offset_ps)
+    out += b"\x08" + _varint(event.metadata_id)
+    return bytes(out)
+
+
+def test_analysis_survives_unusual_encodings():
+    """Two-byte ids, long events, fields out of order: same result as the usual layout."""
+    def build(reorder):
+        space = new_space()
+        plane = add_plane(space)
+        for i in range(300):  # push the ids used below past one byte
+            plane.stat_id(f"pad_{i}")
+            plane.event_id(f"pad_event_{i}")
+        plane.markers(8)
+        for k in range(8):
+            event = plane.alloc(at(k), 0x1000 * (k + 1), 4096, op="o" * 150)  # > 127 bytes
+            plane.alloc(at(k, 0.6), 0x900000 + k, 64, op="churn")
+            plane.free(at(k, 0.7), 0x900000 + k, 64)
+            if reorder and k % 2:
+                line = plane.line("tf_Compute/1")
+                raw = _reversed_event_bytes(event)
+                del line.events[-3]
+                line.MergeFromString(b"\x22" + _varint(len(raw)) + raw)
+        return space.SerializeToString()
+
+    usual, unusual = build(False), build(True)
+    assert usual != unusual
+    for data in (usual, unusual):
+        result = trace.analyze_space(data)
+        (leak,) = result.suspicious
+        assert leak.op == "o" * 150 and leak.steps_retained == 8
+        assert leak.retained_bytes == 8 * 4096 and result.unmatched_frees == 0
+        assert op_named(result, "churn") is None
 
 
 def test_decoder_selects_by_name_and_by_sampled_stats():

@@ -12,7 +12,8 @@ that leaves memory behind in most traced steps, more with every step, is
 what a leak looks like (a list that keeps every step's output, a cache
 without eviction). One-off retention is not: variables and optimizer slots
 created in the first step, and the last step's outputs, which the program
-still holds when the trace stops.
+still holds when the trace stops; nor is a cache that filled up during the
+first half of the window and then stopped growing.
 
 Steps come from step markers (events carrying a ``step_num`` stat, as
 written by ``tf.profiler.experimental.Trace('train', step_num=k, _r=1)``);
@@ -62,6 +63,9 @@ VALUE_STATS = frozenset(
 # and in at least MIN_LEAK_STEPS of them.
 MIN_LEAK_STEP_FRACTION = 0.5
 MIN_LEAK_STEPS = 3
+# ... and still growing: memory left behind in at least this share of the
+# second half's steps (a cache that filled up early is not a leak).
+MIN_LATE_STEP_FRACTION = 0.25
 # Pseudo-steps when the trace has no step markers.
 PSEUDO_STEPS = 20
 # A tf.function traced in at least this many steps keeps retracing.
@@ -242,6 +246,8 @@ def decode(space) -> xplane.DecodedSpace:
         select_names=_select_event,
         select_stats=(STEP_STAT, TRACING_COUNT_STAT),
         value_stats=VALUE_STATS,
+        # A free is paired by allocator and address; its other stats are not read.
+        value_stats_by_event={MEMORY_DEALLOCATION: ("addr", "allocator_name")},
     )
 
 
@@ -287,8 +293,10 @@ def extract_memory_events(decoded: xplane.DecodedSpace) -> MemoryEvents:
         if not rows.size:
             continue
         allocated, has_allocated = plane.int_stat("allocation_bytes")
-        requested, _ = plane.int_stat("requested_bytes")
-        size = np.where(has_allocated & (allocated > 0), allocated, requested)
+        size = allocated
+        if not (has_allocated[rows] & (allocated[rows] > 0)).all():
+            requested, _ = plane.int_stat("requested_bytes")
+            size = np.where(has_allocated & (allocated > 0), allocated, requested)
         columns = {}
         for stat in ("allocator_name", "tf_op", "region_type", "shape"):
             codes, table = plane.str_stat(stat)
@@ -467,6 +475,9 @@ def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = N
     in_steps = retained & (step >= 0)
     pairs = np.unique(key_of[in_steps] * max(total_steps, 1) + step[in_steps])
     steps_retained = np.bincount(pairs // max(total_steps, 1), minlength=n_keys)
+    late_half = total_steps // 2  # steps from here on are the second half
+    late = pairs[pairs % max(total_steps, 1) >= late_half]
+    steps_retained_late = np.bincount(late // max(total_steps, 1), minlength=n_keys)
     # Slope of cumulative retained bytes against the step index: with r_s
     # bytes left behind in step s of S, it is 6 * sum(r_s * s * (S - s)) /
     # (S * (S^2 - 1)); a one-off in the first step weighs nothing.
@@ -482,9 +493,11 @@ def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = N
     )
 
     needed = max(MIN_LEAK_STEPS, math.ceil(MIN_LEAK_STEP_FRACTION * total_steps))
+    needed_late = max(1, math.ceil(MIN_LATE_STEP_FRACTION * (total_steps - late_half)))
     results = []
     for k in np.flatnonzero(retained_allocations > 0).tolist():
-        suspicious = bool(steps_retained[k] >= needed and per_step[k] > 0)
+        still_growing = bool(steps_retained_late[k] >= needed_late)
+        suspicious = bool(steps_retained[k] >= needed and per_step[k] > 0 and still_growing)
         label = [events.labels[c] for c in keys[k].tolist()]
         results.append(
             OpRetention(
@@ -514,6 +527,7 @@ def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = N
                     int(before[k]),
                     int(after[k]),
                     steps.source,
+                    still_growing,
                 ),
             )
         )
@@ -576,7 +590,7 @@ def format_bytes(count: float) -> str:
 
 
 def _reason(suspicious, steps_retained, total, needed, retained, count, per_step,
-            first_only, last_only, before, after, source) -> str:
+            first_only, last_only, before, after, source, still_growing) -> str:
     kind = "pseudo-steps" if source == "pseudo" else "steps"
     held = f"{format_bytes(retained)} in {count} allocation{'s' if count != 1 else ''}"
     if suspicious:
@@ -604,6 +618,11 @@ def _reason(suspicious, steps_retained, total, needed, retained, count, per_step
         return (
             f"{held} kept from {steps_retained} of {total} {kind}; a leak keeps memory "
             f"from at least {needed} of them"
+        )
+    if not still_growing:
+        return (
+            f"{held} kept from {steps_retained} of {total} {kind}, but hardly any in the "
+            "second half: the growth stopped, as when a cache fills up"
         )
     return f"{held} kept from {steps_retained} of {total} {kind}, but not growing with the steps"
 

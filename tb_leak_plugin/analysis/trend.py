@@ -1,37 +1,45 @@
 """One series in, one verdict out: is this memory series leaking?
 
 `assess_series` answers "leak", "no_leak" or "inconclusive" for one series
-(process RSS in bytes, live tensor counts, ...) logged against training steps,
-with a robust growth rate, an autocorrelation-aware 95% interval and one
-sentence of evidence.
+(process RSS in bytes, live tensors, objects of one type, ...) logged against
+training steps, with a growth rate, an autocorrelation-aware 95% interval, a
+p-value for Benjamini-Hochberg across many series, and one sentence of evidence.
 
 Why not a plain trend test: training memory is not a straight line. It warms
 up, caches fill to a bound, pools grow in stairs and stop, buffers fill and are
-cleared (sawtooth), tables load once (step), and the noise is strongly
-autocorrelated. A trend test that treats samples as independent calls nearly
-all of those leaks. The method, in order:
+cleared (sawtooth), tables load once (a step), and the noise is strongly
+autocorrelated. Least squares at p < 0.05 or Mann-Kendall at p < 0.01 call
+most such clean series leaks (see benchmarks/bench_detection.py). The method:
 
 1. Clean: drop non-finite samples, sort by step, keep the last of repeated steps.
-2. Aggregate: long series become at most ~1,000 block medians, which keeps the
-   cost bounded and makes spikes harmless.
-3. Resets: when the series repeatedly drops far below its recent level and
-   stays there (a buffer that is cleared), only the floor of each cycle is
-   analysed: a leak raises the floor, a working buffer does not.
-4. Warm-up: the initial transient is cut where a line fits the rest best per
-   remaining sample (MSER with a linear fit, at most the first half).
-5. Onset: a "flat, then linear" hinge is fitted after the warm-up; the hinge
-   point is where sustained growth starts (late leaks).
-6. Evidence: slope and 95% interval by least squares on winsorized points, with
-   the variance and degrees of freedom widened by the lag-1 autocorrelation of
-   the residuals (AR(1) effective sample size).
-7. A leak needs all of: significant growth (p < 0.001), growth over the window
-   material against the noise (>= 2 noise sd), growth that persists in the last
-   40% of the window (a filled cache's slope collapses there), and growth that
-   survives removing the single largest step (a table loaded once is not a leak).
-8. "no_leak" needs evidence too: the ongoing growth's upper 95% bound must be
-   small against the noise; otherwise the verdict is "inconclusive".
+2. Aggregate: more than 1,024 samples become 512-1,023 block medians, which
+   bounds the cost (1,000,000 points in well under 100 ms) and defuses spikes.
+3. Sawtooth: two or more sustained drops far beyond the point-to-point noise
+   mark a buffer that is cleared. The ramp is removed by fitting
+   y = a + b*step + c*(steps since the last reset); what is left is flat for a
+   working buffer and rises when the floor leaks.
+4. Warm-up: cut where a line fits the rest best per remaining point (MSER with a
+   linear fit, at most the first half).
+5. Onset: a "flat, then linear" hinge fitted after the warm-up; its corner is
+   where sustained growth starts (late leaks). When a cache-filling curve
+   (line + A*(1 - exp(-x/tau))) fits clearly better, growth is measured beyond
+   the filling instead.
+6. Evidence: least squares on winsorized points; the slope's variance and
+   degrees of freedom are widened by the residuals' lag-1 autocorrelation
+   (bias-corrected plus one standard error: AR(1) effective sample size).
+7. A leak needs all of: growth significant at p < 1e-4 (the onset is searched
+   for; false alarms cost trust); growth over the window of at least 2 noise sd;
+   growth that persists in the last 40% of the window (a filled cache or pool
+   goes flat there); growth that a single step does not explain better (a table
+   loaded once); and growth that does not vanish if the whole series, warm-up
+   included, is read as one slowly filling cache.
+8. "no_leak" needs evidence too: some explanation (flat, plateau, filling,
+   step) must bound the ongoing growth's upper 95% limit below 3 noise sd with
+   at least 8 effective samples. Everything else is "inconclusive", with the
+   reason why.
 
-Everything here is pure numpy: no I/O, no TensorFlow, no state.
+Pure numpy: no I/O, no TensorFlow, no state. scipy is not needed: the Student-t
+functions at the bottom are implemented here.
 """
 
 from __future__ import annotations
@@ -65,9 +73,9 @@ RESET_DROP_SD = 8.0
 ONSET_CANDIDATES = 48
 # The growth window keeps at least this share of the post-warm-up points.
 MIN_WINDOW_SHARE = 0.2
-MIN_WINDOW_POINTS = 10
-# Cycle floors needed before a sawtooth series can be judged.
-MIN_CYCLES = 2
+MIN_WINDOW_POINTS = 20
+# Fewer effective (independent) samples than this cannot bound growth for "no_leak".
+MIN_EFFECTIVE_SAMPLES = 8
 # A saturating fit replaces the hinge when it lowers the RSS by this many noise variances.
 SATURATION_PENALTY = 10.0
 SATURATION_TAUS = 16
@@ -75,6 +83,10 @@ SATURATION_TAUS = 16
 NOISE_SUBSAMPLE = 20_000
 
 _MAD_TO_SD = 1.4826
+# TrendResult.shape: which explanation the verdict rests on.
+_LEAK_SHAPES = {(False, "hinge"): "growth", (False, "saturating"): "growth_beyond_filling",
+                (True, "hinge"): "growth_under_resets", (True, "saturating"): "growth_under_resets"}
+_CLEAN_SHAPES = {"flat": "flat", "step": "step", "saturating": "filling", "stopped": "plateau"}
 _NORMAL = NormalDist()
 
 
@@ -82,8 +94,38 @@ _NORMAL = NormalDist()
 class TrendResult:
     """The verdict on one series, with the evidence behind it.
 
-    Values are in the series' unit (``unit``, e.g. bytes) and steps unless the
-    field name says otherwise (``_per_hour``, ``seconds_``).
+    Values are in the series' unit (``unit``: bytes, objects, ...) and steps,
+    unless the name says otherwise.
+
+    verdict: "leak", "no_leak" or "inconclusive".
+    confidence: 0..1. For a leak, the smaller of 1 - p_value and the chance
+      that growth exceeds the materiality bar (2 noise sd); for no_leak, the
+      chance that ongoing growth stays under 3 noise sd; for inconclusive,
+      1 minus the larger of those two (1.0 when there were too few samples).
+    slope_per_step, slope_ci: growth per step and its 95% interval; over the
+      growth window (onset to end) for a leak, else over everything after the
+      warm-up. The interval is widened for autocorrelated noise.
+    slope_per_hour: slope_per_step times the median steps per hour of wall time.
+    p_value: one-sided p-value that growth continues, for Benjamini-Hochberg
+      across series: the largest of the slope test and, where they apply, the
+      tests of the slope left beside a single step, after a plateau, or beyond
+      a filling cache.
+    onset_step: first step of sustained growth (leaks only).
+    warmup_end_step: first step after the excluded warm-up, None if none.
+    samples: finite samples used (after dropping NaN/inf and repeated steps).
+    noise: robust sd of the samples around the fitted trend.
+    total_growth: fitted growth over the window slope_per_step applies to.
+    seconds_to_exhaustion, steps_to_exhaustion: for a bytes leak with
+      ``available_bytes``: when the growth eats it at the current rate.
+    fit: the trend line for a chart: start_step, end_step, start_value,
+      end_value, ci_low_end, ci_high_end.
+    reason: one sentence of evidence.
+    dropped_samples: non-finite samples left out.
+    shape: what the verdict rests on. leak: "growth", "growth_beyond_filling"
+      (a leak on top of a filling cache), "growth_under_resets" (the floor of a
+      sawtooth rises). no_leak: "flat", "plateau" (grew, then stopped),
+      "filling" (slowing to a plateau), "step" (one jump), "resets" (a sawtooth
+      with a flat floor). inconclusive: "unclear", "too_few".
     """
 
     verdict: str
@@ -103,7 +145,7 @@ class TrendResult:
     reason: str
     unit: str = "bytes"
     dropped_samples: int = 0
-    shape: str = ""  # what the series looked like: "linear", "stopped", "step", "resets", ...
+    shape: str = ""
 
     def to_dict(self) -> dict:
         """A JSON-safe dict: non-finite numbers become None, tuples lists."""
@@ -134,14 +176,17 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
 
     t_blk, y_blk = _aggregate_blocks(steps_f, values_f)
     resets = _find_resets(y_blk)
-    sawtooth = len(resets) >= 2
+    # One drop is a release (or a step down); two or more make a sawtooth.
+    sawtooth = resets.size >= 2
     if sawtooth:
-        if resets.size < MIN_CYCLES:
-            return _too_few_cycles(n, dropped, unit, resets.size, steps_f)
         t_an, y_an, ramp, cycle_noise = _desawtooth(t_blk, y_blk, resets)
     else:
         t_an, y_an = t_blk, y_blk
     an = _analyse(t_an, y_an)
+    if an.t_end != steps_f[-1]:
+        # Block steps are block middles; the trend runs to the last real step.
+        an.t_end = float(steps_f[-1])
+        an.level = float(an.predict(np.array([an.t_end]))[0]) - an.slope * (an.t_end - an.t_onset)
 
     # Noise in the user's unit: raw residuals around the fit.
     if sawtooth:
@@ -230,9 +275,11 @@ def _find_resets(y):
     if y.size < 8:
         return np.empty(0, dtype=int)
     d = np.diff(y)
-    scale = _MAD_TO_SD * float(np.median(np.abs(d - np.median(d))))
+    deviation = np.abs(d - np.median(d))
+    scale = _MAD_TO_SD * float(np.median(deviation))
     if scale <= 0:
-        scale = float(np.std(d))
+        # Noise-free ramps: most changes are identical, so the MAD is zero.
+        scale = float(np.mean(deviation))
         if scale <= 0:
             return np.empty(0, dtype=int)
     threshold = RESET_DROP_SD * scale
@@ -328,7 +375,6 @@ def _regress(x_cols, y):
 class _Analysis:
     """What the fits say about the analysed points, in the user's unit and steps."""
 
-    t: np.ndarray
     t_warmup: float
     w_idx: int
     model: str            # "hinge" (flat, then linear) or "saturating" (plateau approach + linear)
@@ -344,7 +390,6 @@ class _Analysis:
     line: tuple           # (level at warm-up end, slope, se, df) over the post-warm-up window
     tail: tuple | None    # (slope, se, df) over the last TAIL_FRACTION of the growth window
     step: dict | None     # one-step explanation of the growth window, see _step_test
-    whole_saturation: tuple | None  # (slope, se, df, p) if the whole series is one filling
 
 
 def _analyse(t, y):
@@ -360,7 +405,7 @@ def _analyse(t, y):
     w = _warmup_end(ts, ys)
     tw, yw = ts[w:], ys[w:]
     mw = tw.size
-    min_window = max(MIN_WINDOW_POINTS, int(math.ceil(MIN_WINDOW_SHARE * mw)))
+    min_window = max(MIN_WINDOW_POINTS, math.ceil(MIN_WINDOW_SHARE * mw))
     last_c = max(0, mw - min_window)
     cands = np.unique(np.linspace(0, last_c, min(ONSET_CANDIDATES, last_c + 1)).astype(int))
     rss = _hinge_rss(tw, yw, cands)
@@ -369,20 +414,27 @@ def _analyse(t, y):
     hinge = _regress([np.maximum(0.0, tw - tw[c_rel])], yw)
     line = _regress([tw - tw[0]], yw)
 
-    # A saturating fit replaces the hinge only when it is clearly better.
-    sat = _saturation(tw, yw, 0.5)
-    if sat is not None and (float(rss[best]) - sat[1]
-                            < SATURATION_PENALTY * sat[2].sigma2 * sat[2].inflation):
-        sat = None
-    whole = _whole_saturation(ts, ys, w, hinge, to_slope) if w > 0 else None
-    tg, yg = tw, yw
+    # A filling cache (line + A*(1 - exp(-x/tau))) replaces the hinge when it
+    # explains the data clearly better. The whole series, warm-up included, is
+    # tried first: the warm-up cut may have thrown away the fast early part of
+    # a slowly filling cache, the very evidence that it slows down.
+    sat = _whole_saturation(ts, ys, w, hinge) if w > 0 else None
+    if sat is not None:
+        start = 0
+    else:
+        sat = _saturation(tw, yw, 0.5)
+        start = w
+        if sat is not None and (float(rss[best]) - sat[1]
+                                < SATURATION_PENALTY * sat[2].sigma2 * sat[2].inflation):
+            sat = None
+    tg, yg = ts, ys
     if sat is not None:
         tau, _, fit = sat
-        start, model = w, "saturating"
+        model = "saturating"
         a, b, amp = (float(v) for v in fit.beta)
         ts0 = float(ts[start])
         # The tail and step checks look at what is left once the filling is removed.
-        yg = yg - amp * (1 - np.exp(-(tg - ts0) / tau))
+        yg = ys - amp * (1 - np.exp(-np.maximum(ts - ts0, 0.0) / tau))
 
         def predict(steps):
             x = (steps - t0) / span - ts0
@@ -400,7 +452,7 @@ def _analyse(t, y):
     # The chart's trend line ends on the fitted end value and has the leak's slope.
     level = float(predict(np.array([t_end]))[0]) - slope * (t_end - t_onset)
 
-    tg, yg = tg[start - w:], yg[start - w:]
+    tg, yg = tg[start:], yg[start:]
     tail = None
     in_tail = tg >= tg[0] + (1 - TAIL_FRACTION) * (tg[-1] - tg[0])
     in_tail[-5:] = True
@@ -417,32 +469,60 @@ def _analyse(t, y):
                     t_step=t0 + step["t_step"] * span, after_slope=step["after_slope"] * to_slope,
                     after_se=step["after_se"] * to_slope)
     return _Analysis(
-        t=t, t_warmup=float(t[w]), w_idx=w, model=model,
+        t_warmup=float(t[w]), w_idx=w, model=model,
         t_onset=t_onset, t_end=t_end, level=level, slope=slope,
         slope_se=float(fit.se[1]) * to_slope, df=fit.df, p=fit.p_positive(1),
         resid_sd=_robust_sd(fit.resid) * yscale, predict=predict,
         line=(center + float(line.beta[0]) * yscale, float(line.beta[1]) * to_slope,
               float(line.se[1]) * to_slope, line.df),
-        tail=tail, step=step, whole_saturation=whole)
+        tail=tail, step=step)
 
 
-def _whole_saturation(ts, ys, w, hinge, to_slope):
-    """The remaining growth if the whole series, warm-up included, is one filling cache.
+def _whole_saturation(ts, ys, w, hinge):
+    """The whole series, warm-up included, read as one filling cache plus a line.
 
-    The warm-up cut can throw away the fast early part of a slowly filling
-    cache, the very evidence that it slows down; this looks at everything.
-    Fits line + A*(1 - exp(-x/tau)) for a grid of tau and keeps every tau that
-    fits about as well as the best (the time constant is poorly determined,
-    and trades off against the line's slope). Returns (slope, se, df, p) in
-    the user's unit per step for the plausible tau least favourable to a leak,
-    or None when the series is not clearly such a curve (no significant
-    filling term, or residuals larger than the hinge's after the cut).
+    Fits y = a + b*x + A*(1 - exp(-x/tau)) for a grid of tau. The time constant
+    is poorly determined and trades off against the slope b, so among the tau
+    that fit about as well as the best, the one least favourable to a leak
+    (smallest t statistic of b) is kept. Used only when the series clearly is
+    such a curve: a significant filling term, and residuals as small as the
+    hinge's after the warm-up cut. Returns (tau, rss, regression) or None.
     """
     m = ys.size
     if m < 12:
         return None
     x = ts - ts[0]
-    taus = np.geomspace(max(1.0 / m, 1.0 / 500), 0.3, 2 * SATURATION_TAUS)
+    coarse = np.geomspace(max(1.0 / m, 1.0 / 500), 0.3, 2 * SATURATION_TAUS)
+    fits = _filling_fits(x, ys, coarse)
+    if fits is None:
+        return None
+    # The coarse grid steps by ~20% in tau; a large cache fitted with a tau that
+    # is off by that much leaves a misfit the slope would absorb. Refine.
+    near = float(coarse[int(np.argmin(fits[3]))])
+    fine = _filling_fits(x, ys, np.geomspace(near / 1.25, near * 1.25, SATURATION_TAUS))
+    if fine is not None:
+        fits = tuple(np.concatenate([c, f]) for c, f in zip(fits, fine))
+    taus, design, beta, rss, resid, inflation, se = fits
+    best = int(np.argmin(rss))
+    hinge_var = float(np.mean(hinge.resid ** 2))
+    keep = ((rss <= rss[best] * (1 + 4 * inflation[best] / (m - 3)))
+            & (beta[:, 2] > 4 * se[:, 2])
+            & (rss / m <= 1.3 * hinge_var)
+            & (np.mean(resid[:, w:] ** 2, axis=1) <= 1.15 * hinge_var))
+    if not np.any(keep):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_stat = np.where(se[:, 1] > 0, beta[:, 1] / se[:, 1], np.inf)
+    pick = int(np.argmin(np.where(keep, t_stat, np.inf)))
+    return float(taus[pick]), float(rss[pick]), _regress([x, design[pick, :, 2]], ys)
+
+
+def _filling_fits(x, ys, taus):
+    """Least squares of y on [1, x, 1 - exp(-x/tau)] for each tau, vectorised.
+
+    Returns (taus, design, beta, rss, resid, inflation, se) or None.
+    """
+    m = ys.size
     design = np.stack(np.broadcast_arrays(
         np.ones(m)[None, :], x[None, :], 1.0 - np.exp(-x[None, :] / taus[:, None])), axis=2)
     xtx = np.einsum("tmi,tmj->tij", design, design)
@@ -456,22 +536,9 @@ def _whole_saturation(ts, ys, w, hinge, to_slope):
     r1 = np.einsum("tm,tm->t", resid[:, 1:], resid[:, :-1]) / np.maximum(rss, 1e-300)
     rho = np.clip(r1 + (1 + 3 * np.maximum(r1, 0.0)) / m, 0.0, 0.995)
     inflation = (1 + rho) / (1 - rho)
-    var = np.einsum("tii->ti", inv) * (rss / (m - 3) * inflation)[:, None]
-    se = np.sqrt(np.maximum(var, 0.0))
-    best = int(np.argmin(rss))
-    hinge_var = float(np.mean(hinge.resid ** 2))
-    keep = ((rss <= rss[best] * (1 + 4 * inflation[best] / (m - 3)))
-            & (beta[:, 2] > 4 * se[:, 2])
-            & (rss / m <= 1.3 * hinge_var)
-            & (np.mean(resid[:, w:] ** 2, axis=1) <= 1.15 * hinge_var))
-    if not np.any(keep):
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_stat = np.where(se[:, 1] > 0, beta[:, 1] / se[:, 1], np.inf)
-    pick = int(np.argmin(np.where(keep, t_stat, np.inf)))
-    df = max(1.0, (m - 3) / float(inflation[pick]))
-    return (float(beta[pick, 1]) * to_slope, float(se[pick, 1]) * to_slope, df,
-            _t_sf(float(t_stat[pick]), df))
+    se = np.sqrt(np.maximum(np.einsum("tii->ti", inv), 0.0)
+                 * (rss / (m - 3) * inflation)[:, None])
+    return taus, design, beta, rss, resid, inflation, se
 
 
 def _warmup_end(ts, ys):
@@ -593,6 +660,9 @@ def _ar1(resid):
     if m >= 12:
         # Fitted residuals understate autocorrelation by about (1 + 3*rho)/m (Kendall).
         r1 += (1 + 3 * max(r1, 0.0)) / m
+    # One standard error more: on short series the estimate is poor, and too
+    # little autocorrelation makes every interval too narrow, both ways.
+    r1 += math.sqrt(max(1.0 - r1 * r1, 0.0) / m)
     return min(max(r1, 0.0), 0.995)
 
 
@@ -658,7 +728,8 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
 
     significant = an.slope > 0 and an.p < ALPHA_LEAK
     is_material = growth >= material
-    stopped = weak_tail = False
+    # Without a tail to look at, persistence cannot be checked: no leak verdict.
+    stopped, weak_tail = False, an.tail is None
     if an.tail is not None:
         t_slope, t_se, t_df = an.tail
         stopped = t_slope + _t_ppf(0.99, t_df) * t_se < STOPPED_SLOPE_RATIO * an.slope
@@ -669,16 +740,11 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
         st["after_slope"] > 0 and st["after_p"] < ALPHA_AFTER_STEP
         and st["after_slope"] * window >= 0.5 * material)
     p_value = max(an.p, st["after_p"]) if step_better else an.p
-    ws = an.whole_saturation
-    filling = ws is not None and not (ws[3] < ALPHA_LEAK and ws[0] * window >= material)
-    if filling:
-        p_value = max(p_value, ws[3])
 
     samples_note = _samples_note(n, dropped)
-    common = dict(samples=n, noise=noise, unit=unit, dropped_samples=dropped)
+    common = {"samples": n, "noise": noise, "unit": unit, "dropped_samples": dropped}
 
-    if (significant and is_material and not stopped and not weak_tail and survives_step
-            and not filling):
+    if significant and is_material and not stopped and not weak_tail and survives_step:
         t975 = _t_ppf(0.975, an.df)
         lo, hi = an.slope - t975 * an.slope_se, an.slope + t975 * an.slope_se
         conf = min(1.0 - p_value, _t_cdf((growth - material) / max(growth_se, 1e-300), an.df))
@@ -692,7 +758,7 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
         if an.model == "saturating":
             where += " (beyond a cache filling up)"
         reason = (f"{'floor ' if sawtooth else ''}grows {_fmt(an.slope, unit)}/step "
-                  f"(95% CI {_fmt(lo, unit)}-{_fmt(hi, unit)}) over the last "
+                  f"(95% CI {_fmt_range(lo, hi, unit)}) over the last "
                   f"{_samples_since(steps, an.t_onset)} of {n} samples since step "
                   f"{int(an.t_onset)}{where}{samples_note}")
         return TrendResult(
@@ -701,7 +767,7 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
             p_value=p_value, onset_step=int(an.t_onset), warmup_end_step=_warmup_step(an),
             total_growth=growth, seconds_to_exhaustion=sec_ex, steps_to_exhaustion=steps_ex,
             fit=_fit_dict(an.t_onset, an.t_end, an.level, an.slope, lo, hi),
-            reason=reason, shape="resets+growth" if sawtooth else an.model, **common)
+            reason=reason, shape=_LEAK_SHAPES[(sawtooth, an.model)], **common)
 
     # Not a leak. Say "no_leak" only when some explanation bounds the ongoing
     # growth below the noise; otherwise the data cannot tell.
@@ -719,7 +785,7 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
     bounded = {}
     for kind, (b, se, df, span) in explanations.items():
         upper = (b + _t_ppf(0.95, df) * se) * span
-        if upper < no_leak_bound:
+        if upper < no_leak_bound and df >= MIN_EFFECTIVE_SAMPLES:
             conf = _t_cdf((no_leak_bound - b * span) / max(se * span, 1e-300), df)
             bounded[kind] = (upper, conf)
     lt = _t_ppf(0.975, l_df)
@@ -758,7 +824,7 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
             reason = (f"no material growth: at most {upper_txt} over the last "
                       f"{_samples_since(steps, an.t_warmup)} of {n} samples (noise "
                       f"{_fmt(noise, unit)})")
-        shape = "resets" if sawtooth and kind == "flat" else kind
+        shape = "resets" if sawtooth and kind == "flat" else _CLEAN_SHAPES[kind]
         return TrendResult(verdict="no_leak", confidence=_clip01(conf), p_value=p_value,
                            reason=reason + samples_note, shape=shape, **base)
 
@@ -768,15 +834,15 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
         why = "growth may have stopped near the end"
     elif significant and is_material and not survives_step:
         why = "the growth is mostly one step"
-    elif an.model == "saturating" or filling:
+    elif an.model == "saturating":
         why = "growth is slowing but may not stop"
     elif significant:
         why = "growth is small against the noise"
     else:
         why = "too noisy to tell"
-    reason = (f"{why}: growth between {_fmt(line_lo * line_window, unit)} and "
-              f"{_fmt(line_hi * line_window, unit)} over {_samples_since(steps, an.t_warmup)} "
-              f"samples, noise {_fmt(noise, unit)}{samples_note}")
+    reason = (f"{why}: growth of {_fmt_range(line_lo * line_window, line_hi * line_window, unit)}"
+              f" (95% CI) over the last {_samples_since(steps, an.t_warmup)} of {n} samples, "
+              f"noise {_fmt(noise, unit)}{samples_note}")
     return TrendResult(verdict="inconclusive",
                        confidence=_clip01(1.0 - max(conf_leak, conf_clean)),
                        p_value=p_value, reason=reason, shape="unclear", **base)
@@ -822,19 +888,22 @@ def _too_few(n, dropped, unit, min_samples):
         unit=unit, dropped_samples=dropped, shape="too_few")
 
 
-def _too_few_cycles(n, dropped, unit, cycles, steps):
-    result = _too_few(n, dropped, unit, 0)
-    result.reason = (f"the series is reset {cycles} times; {MIN_CYCLES} or more resets "
-                     f"are needed to tell whether the floor grows"
-                     + _samples_note(n, dropped))
-    result.shape = "resets"
-    return result
+def _fmt_range(lo, hi, unit):
+    """"3.8-4.4 KiB" when both ends share a suffix, else "900 B-1.1 KiB"."""
+    a, b = _fmt(lo, unit), _fmt(hi, unit)
+    a_num, _, a_suffix = a.partition(" ")
+    b_num, _, b_suffix = b.partition(" ")
+    if a_suffix == b_suffix and a_suffix:
+        return f"{a_num} to {b_num} {a_suffix}" if lo < 0 else f"{a_num}-{b_num} {a_suffix}"
+    return f"{a} to {b}"
 
 
 def _fmt(x, unit):
     """Human number in the unit: binary prefixes for bytes, 3 significant digits otherwise."""
     if x is None or not math.isfinite(x):
         return "n/a"
+    if abs(x) < 1e-9:
+        x = 0.0  # rounding noise of an exact fit, not a number to show
     if unit == "bytes":
         mag = abs(x)
         for div, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):

@@ -1,0 +1,293 @@
+"""Tests for tb_leak_plugin.analysis.trend: one series in, one verdict out.
+
+Every synthetic series uses a fixed seed. Sizes are in bytes; noise sd is
+1 KiB unless a test says otherwise.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tb_leak_plugin.analysis.trend import TrendResult, assess_series
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+from corpus import ar1_noise, make_corpus  # noqa: E402
+
+BASE = 2e9
+SD = 1024.0
+
+
+def noise(n, seed, phi=0.0, sd=SD):
+    return ar1_noise(np.random.default_rng(seed), n, phi, sd)
+
+
+def steps_of(n, every=10):
+    return np.arange(n, dtype=np.int64) * every
+
+
+def assert_ci_contains(result, true_slope):
+    lo, hi = result.slope_ci
+    assert lo <= true_slope <= hi, (result.slope_ci, true_slope, result.reason)
+    assert lo > 0, f"a leak's interval must exclude 0: {result.slope_ci}"
+
+
+# --------------------------------------------------------------------------- leaks
+
+
+@pytest.mark.parametrize("seed,phi", [(1, 0.0), (2, 0.5), (3, 0.9)])
+def test_linear_leak_is_found_and_interval_covers_true_slope(seed, phi):
+    n, slope = 3000, 2.0  # bytes per step; steps are 10 apart: 60 KiB, ~59 sd
+    steps = steps_of(n)
+    values = BASE + slope * steps + noise(n, seed, phi)
+    result = assess_series(steps, values)
+    assert result.verdict == "leak", result.reason
+    assert_ci_contains(result, slope)
+    assert result.onset_step is not None and result.onset_step < 0.2 * steps[-1]
+    assert result.confidence > 0.9
+    assert result.p_value < 1e-4
+    assert result.total_growth == pytest.approx(slope * (steps[-1] - result.onset_step), rel=0.1)
+
+
+def test_stepwise_leak_a_few_kib_every_k_steps():
+    n = 2000
+    steps = steps_of(n, every=1)
+    values = BASE + 4096.0 * (steps // 50) + noise(n, 4)
+    result = assess_series(steps, values)
+    assert result.verdict == "leak", result.reason
+    assert_ci_contains(result, 4096.0 / 50)
+
+
+def test_late_leak_starting_at_60_percent():
+    n = 2000
+    steps = steps_of(n, every=1)
+    onset = int(0.6 * n)
+    slope = 40.0
+    values = BASE + slope * np.maximum(0, steps - onset) + noise(n, 5, 0.5)
+    result = assess_series(steps, values)
+    assert result.verdict == "leak", result.reason
+    assert abs(result.onset_step - onset) < 0.1 * n
+    assert_ci_contains(result, slope)
+
+
+def test_slow_leak_buried_in_autocorrelated_noise():
+    # 6 noise sd over 20,000 samples, each step's growth 0.0003 sd, AR(1) phi 0.8.
+    n = 20_000
+    steps = steps_of(n, every=1)
+    slope = 6 * SD / n
+    values = BASE + slope * steps + noise(n, 6, 0.8)
+    result = assess_series(steps, values)
+    assert result.verdict == "leak", result.reason
+    assert_ci_contains(result, slope)
+
+
+def test_leak_under_a_sawtooth_is_found_from_the_floor():
+    n = 3000
+    steps = steps_of(n, every=1)
+    buffer = 50 * SD * ((steps % 200) / 200)
+    values = BASE + buffer + 5.0 * steps + noise(n, 7)
+    result = assess_series(steps, values)
+    assert result.verdict == "leak", result.reason
+    assert result.shape == "growth_under_resets"
+    assert_ci_contains(result, 5.0)
+
+
+# --------------------------------------------------------------------------- clean shapes
+
+
+def _clean(shape, n=3000, seed=10):
+    steps = steps_of(n, every=1)
+    i = steps.astype(float)
+    level = np.full(n, BASE)
+    if shape == "warmup_plateau":
+        level += 300 * SD * (1 - np.exp(-i / (0.03 * n)))
+    elif shape == "saturating_cache":
+        level += 200 * SD * (1 - np.exp(-i / (0.15 * n)))
+    elif shape == "shuffle_buffer":
+        level += 100 * SD * np.minimum(1.0, i / (0.4 * n))
+    elif shape == "sawtooth":
+        level += 40 * SD * ((i % 150) / 150)
+    elif shape == "step_change":
+        level[int(0.7 * n):] += 80 * SD
+    elif shape == "allocator_pool":
+        for at, size in ((0.01, 5), (0.04, 10), (0.15, 20), (0.45, 40)):
+            level[int(at * n):] += size * SD
+    phi = {"autocorrelated": 0.95, "mean_reverting_walk": 0.995}.get(shape, 0.3)
+    return steps, level + noise(n, seed, phi)
+
+
+@pytest.mark.parametrize("shape", ["flat", "warmup_plateau", "shuffle_buffer", "step_change",
+                                   "allocator_pool", "sawtooth", "saturating_cache"])
+def test_clean_shapes_are_no_leak(shape):
+    steps, values = _clean(shape)
+    result = assess_series(steps, values)
+    assert result.verdict == "no_leak", result.reason
+    assert result.onset_step is None
+
+
+@pytest.mark.parametrize("shape", ["autocorrelated", "mean_reverting_walk"])
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_strongly_autocorrelated_noise_is_not_a_leak(shape, seed):
+    steps, values = _clean(shape, seed=seed)
+    assert assess_series(steps, values).verdict != "leak"
+
+
+def test_step_change_reason_names_the_step():
+    steps, values = _clean("step_change")
+    result = assess_series(steps, values)
+    assert result.shape == "step"
+    assert "step" in result.reason
+
+
+def test_saturating_cache_still_creeping_at_the_end_is_not_a_leak():
+    # Time constant 20% of the run: at the end it still grows ~1.5 sd per 1000 steps.
+    steps, values = _clean("saturating_cache")
+    n = steps.size
+    values = BASE + 300 * SD * (1 - np.exp(-steps / (0.2 * n))) + noise(n, 14, 0.3)
+    assert assess_series(steps, values).verdict != "leak"
+
+
+# --------------------------------------------------------------------------- inconclusive and input handling
+
+
+def test_too_few_samples_is_inconclusive():
+    steps = steps_of(10)
+    result = assess_series(steps, BASE + 1e6 * steps)
+    assert result.verdict == "inconclusive"
+    assert "10" in result.reason and "20" in result.reason
+    assert assess_series(steps, BASE + 1e6 * steps, min_samples=5).verdict == "leak"
+
+
+def test_pure_high_noise_short_series_is_inconclusive():
+    n = 40
+    steps = steps_of(n)
+    values = BASE + 0.5 * SD * np.arange(n) / n + noise(n, 20, 0.9, sd=10 * SD)
+    result = assess_series(steps, values)
+    assert result.verdict == "inconclusive", result.reason
+
+
+@pytest.mark.parametrize("values", [[], [1.0], [np.nan] * 50, [np.inf, -np.inf, np.nan]])
+def test_degenerate_input_is_inconclusive_never_raises(values):
+    result = assess_series(np.arange(len(values)), np.asarray(values, dtype=float))
+    assert result.verdict == "inconclusive"
+    json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_odd_inputs_never_raise():
+    assert assess_series([], []).verdict == "inconclusive"
+    assert assess_series(np.arange(100), np.ones(50)).samples == 50  # lengths disagree
+    assert assess_series(np.zeros(100), np.arange(100.0)).samples == 1  # one step repeated
+    assert assess_series(np.arange(100), np.full(100, 7.0)).verdict == "no_leak"  # constant
+    steps = np.arange(100)
+    assert assess_series(steps, steps * 1.0, wall_times=[1.0]).slope_per_hour is None
+    assert assess_series(steps, steps * 1.0, available_bytes="lots").verdict == "leak"
+
+
+def test_nan_and_inf_are_dropped_and_counted():
+    n = 2000
+    steps = steps_of(n)
+    values = BASE + 2.0 * steps + noise(n, 21)
+    values[::10] = np.nan
+    values[5::97] = np.inf
+    steps_f = steps.astype(float)
+    steps_f[7] = np.nan
+    result = assess_series(steps_f, values)
+    bad = int(np.count_nonzero(~np.isfinite(values) | ~np.isfinite(steps_f)))
+    assert result.samples == n - bad
+    assert result.dropped_samples == bad
+    assert f"{bad} non-finite" in result.reason
+    assert result.verdict == "leak"
+
+
+def test_unsorted_input_gives_the_same_answer():
+    n = 2000
+    steps = steps_of(n)
+    values = BASE + 2.0 * steps + noise(n, 22)
+    order = np.random.default_rng(0).permutation(n)
+    a = assess_series(steps, values)
+    b = assess_series(steps[order], values[order])
+    assert a.to_dict() == b.to_dict()
+
+
+def test_repeated_steps_keep_the_last_write():
+    steps = np.concatenate([np.arange(100), np.arange(50, 100)])
+    values = np.concatenate([np.full(100, 5.0), np.full(50, 5.0)])
+    values[:100][50:] = 1e9  # first writes of steps 50..99, rewritten by the restart
+    result = assess_series(steps, values)
+    assert result.samples == 100
+    assert result.verdict == "no_leak", result.reason
+
+
+def test_wall_times_and_available_bytes_give_rates_and_exhaustion():
+    n = 2000
+    steps = steps_of(n)  # 10 steps per sample
+    walls = 1.7e9 + steps * 0.5  # 2 steps per second
+    values = BASE + 2.0 * steps + noise(n, 23)
+    result = assess_series(steps, values, walls, available_bytes=2**30)
+    assert result.verdict == "leak"
+    assert result.slope_per_hour == pytest.approx(result.slope_per_step * 2 * 3600, rel=1e-6)
+    assert result.steps_to_exhaustion == pytest.approx(2**30 / result.slope_per_step)
+    assert result.seconds_to_exhaustion == pytest.approx(result.steps_to_exhaustion / 2)
+    counts = assess_series(steps, values, walls, unit="objects", available_bytes=2**30)
+    assert counts.seconds_to_exhaustion is None and "objects" in counts.reason
+
+
+def test_fit_draws_the_trend_from_onset_to_end():
+    n = 2000
+    steps = steps_of(n)
+    values = BASE + 2.0 * steps + noise(n, 24)
+    result = assess_series(steps, values)
+    fit = result.fit
+    assert fit["start_step"] == result.onset_step and fit["end_step"] == steps[-1]
+    assert fit["end_value"] - fit["start_value"] == pytest.approx(result.total_growth)
+    assert fit["ci_low_end"] < fit["end_value"] < fit["ci_high_end"]
+    assert abs(fit["end_value"] - values[-200:].mean()) < 3 * SD
+
+
+def test_to_dict_is_strict_json():
+    n = 500
+    steps = steps_of(n)
+    results = [assess_series(steps, BASE + 2.0 * steps + noise(n, 25), steps * 0.1,
+                             available_bytes=1e9),
+               assess_series(steps, BASE + noise(n, 26)),
+               assess_series(steps[:3], [1.0, np.nan, 2.0])]
+    for result in results:
+        assert isinstance(result, TrendResult)
+        data = result.to_dict()
+        text = json.dumps(data, allow_nan=False)
+        assert isinstance(json.loads(text)["slope_ci"], list)
+    assert results[2].to_dict()["slope_per_step"] is None
+
+
+def test_million_points_are_fast():
+    n = 1_000_000
+    steps = np.arange(n, dtype=np.int64)
+    values = BASE + 0.01 * steps + noise(n, 27, 0.9)
+    assess_series(steps[:5000], values[:5000])  # warm up lazy imports
+    start = time.perf_counter()
+    result = assess_series(steps, values)
+    elapsed = time.perf_counter() - start
+    assert result.verdict == "leak"
+    assert_ci_contains(result, 0.01)
+    # The benchmark holds the 100 ms target; here only guard against a blow-up
+    # on a shared CI machine.
+    assert elapsed < 1.0, f"{elapsed * 1e3:.0f} ms"
+
+
+# --------------------------------------------------------------------------- corpus regression
+
+
+def test_corpus_slice_meets_targets():
+    corpus = make_corpus(seed=7, n_series=200, max_length=20_000)
+    clean = [c for c in corpus if c[2] == "clean"]
+    standard = [c for c in corpus if c[2] == "leak" and c[5]["tier"] == "standard"]
+    false_alarms = [c[0] for c in clean if assess_series(c[3], c[4]).verdict == "leak"]
+    missed = [c[0] for c in standard if assess_series(c[3], c[4]).verdict != "leak"]
+    assert len(false_alarms) <= 0.01 * len(clean), false_alarms
+    assert len(missed) <= 0.05 * len(standard), missed
+    assert not math.isnan(len(clean) + len(standard)) and len(standard) >= 60
