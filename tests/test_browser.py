@@ -119,13 +119,10 @@ def test_verdicts_charts_and_ops(tensorboard, page, tmp_path):
     assert "step" in readout.inner_text() and "MiB" in readout.inner_text()
 
     ops = page.locator("[data-testid=ops-section]")
-    if _have_traces():
-        table = ops.locator("[data-testid=ops-table]")
-        table.wait_for()
-        names = table.locator("[data-testid=op-name]").all_inner_texts()
-        assert any("MatMul" in name for name in names), names
-    else:
-        assert ops.locator("[data-testid=ops-empty]").count() == 1
+    table = ops.locator("[data-testid=ops-table]")
+    table.wait_for()
+    names = table.locator("[data-testid=op-name]").all_inner_texts()
+    assert any("MatMul" in name for name in names), names
     page.mouse.move(5, 5)
     _screenshot(page, tmp_path, f"leak-tab{'-load-fast' if tensorboard.load_fast else ''}.png")
 
@@ -194,10 +191,3 @@ def _screenshot(page, tmp_path, name):
     os.makedirs(out, exist_ok=True)
     shutil.copy(path, os.path.join(out, name))
 
-
-def _have_traces() -> bool:
-    try:
-        from tb_leak_plugin import traces  # noqa: F401
-    except ImportError:
-        return False
-    return True

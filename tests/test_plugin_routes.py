@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conftest_plugin as cp  # noqa: E402
 
 from tb_leak_plugin import plugin as plugin_lib  # noqa: E402
+from tb_leak_plugin.analysis.downsample import downsample_indices  # noqa: E402
 
 PREFIX = "/data/plugin/leak"
 
@@ -137,11 +138,11 @@ def test_downsampling_keeps_peaks_ends_and_order():
     values = np.cumsum(rng.normal(size=1_000_000)) + np.arange(1_000_000) * 0.01
     values[123_457] = 1e9  # a spike
     values[876_543] = -1e9  # a dip
-    idx = plugin_lib.downsample_indices(values, 2000)
+    idx = downsample_indices(values, 2000)
     assert len(idx) <= 2000
     assert np.all(np.diff(idx) > 0)
     assert {0, 999_999, 123_457, 876_543} <= set(idx.tolist())
-    short = plugin_lib.downsample_indices(values[:50], 2000)
+    short = downsample_indices(values[:50], 2000)
     assert short.tolist() == list(range(50))
 
 
@@ -188,8 +189,6 @@ def test_ops_of_the_profiled_leaky_run(served):
     client, _ = served
     body = get_json(client, "/ops", run=cp.LEAKY)
     assert set(body) == {"run", "has_traces", "ops", "sessions", "notes"}
-    if not _have_traces():
-        pytest.skip("tb_leak_plugin.traces is not installed yet: no trace analysis to check")
     assert body["has_traces"] and body["sessions"]
     names = [op["op"] for op in body["ops"]]
     assert any("MatMul" in name for name in names), names
@@ -410,14 +409,6 @@ def test_concurrent_requests_build_each_report_once(logdirs):
         thread.join()
     assert not errors and results == [200] * 12
     assert sorted(calls) == sorted(set(calls)), f"a run's report was built twice: {calls}"
-
-
-def _have_traces() -> bool:
-    try:
-        from tb_leak_plugin import traces  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def test_a_run_whose_analysis_fails_does_not_hide_the_others(logdirs):

@@ -359,8 +359,7 @@ def _regress(x_cols, y):
         y = np.clip(y, fit - 3 * s, fit + 3 * s)
         beta = np.linalg.lstsq(design, y, rcond=None)[0]
         resid = y - design @ beta
-    rho = _ar1(resid)
-    inflation = (1 + rho) / (1 - rho)
+    inflation = _variance_inflation(resid)
     dof = max(y.size - k, 1)
     sigma2 = float(resid @ resid) / dof
     try:
@@ -453,16 +452,9 @@ def _analyse(t, y):
     level = float(predict(np.array([t_end]))[0]) - slope * (t_end - t_onset)
 
     tg, yg = tg[start:], yg[start:]
-    tail = None
-    in_tail = tg >= tg[0] + (1 - TAIL_FRACTION) * (tg[-1] - tg[0])
-    in_tail[-5:] = True
-    if tg.size >= 8:
-        tt, yt = tg[in_tail], yg[in_tail]
-        tsxx = float(np.sum((tt - tt.mean()) ** 2))
-        if tsxx > 0:
-            tb = float(np.sum((tt - tt.mean()) * (yt - yt.mean()))) / tsxx
-            tse = math.sqrt(fit.sigma2 * fit.inflation / tsxx)
-            tail = (tb * to_slope, tse * to_slope, max(1.0, (tt.size - 2) / fit.inflation))
+    tail = _tail_slope(tg, yg, fit)
+    if tail is not None:
+        tail = (tail[0] * to_slope, tail[1] * to_slope, tail[2])
     step = _step_test(tg, yg)
     if step is not None:
         step.update(height=step["height"] * yscale, height_se=step["height_se"] * yscale,
@@ -476,6 +468,25 @@ def _analyse(t, y):
         line=(center + float(line.beta[0]) * yscale, float(line.beta[1]) * to_slope,
               float(line.se[1]) * to_slope, line.df),
         tail=tail, step=step)
+
+
+def _tail_slope(t, y, fit):
+    """Slope over the last TAIL_FRACTION of the growth window (at least 5 points).
+
+    Uses the whole window's noise level and autocorrelation, which the tail
+    alone is too short to estimate. Returns (slope, se, df) or None.
+    """
+    if t.size < 8:
+        return None
+    in_tail = t >= t[0] + (1 - TAIL_FRACTION) * (t[-1] - t[0])
+    in_tail[-5:] = True
+    tt, yt = t[in_tail], y[in_tail]
+    sxx = float(np.sum((tt - tt.mean()) ** 2))
+    if sxx <= 0:
+        return None
+    slope = float(np.sum((tt - tt.mean()) * (yt - yt.mean()))) / sxx
+    se = math.sqrt(fit.sigma2 * fit.inflation / sxx)
+    return slope, se, max(1.0, (tt.size - 2) / fit.inflation)
 
 
 def _whole_saturation(ts, ys, w, hinge):
@@ -648,6 +659,34 @@ def _step_test(t, y):
         "after_slope": float(joint.beta[1]), "after_se": float(joint.se[1]),
         "after_df": joint.df, "after_p": joint.p_positive(1),
     }
+
+
+def _variance_inflation(resid):
+    """How much autocorrelation inflates the variance of a fitted trend (>= 1).
+
+    The larger of two estimates of the integrated autocorrelation time:
+    (1 + rho) / (1 - rho) from the lag-1 autocorrelation (AR(1)), and Geyer's
+    initial positive sequence over all lags. The second catches persistent
+    noise hidden under white jitter (a slowly wandering allocator level plus
+    per-sample noise), whose lag-1 correlation looks modest.
+    """
+    rho = _ar1(resid)
+    inflation = (1 + rho) / (1 - rho)
+    m = resid.size
+    if m < 12:
+        return inflation
+    x = resid - resid.mean()
+    spectrum = np.fft.rfft(x, 2 * m)
+    acov = np.fft.irfft(spectrum * np.conj(spectrum))[: m // 2]
+    if acov[0] <= 0:
+        return inflation
+    r = acov / acov[0]
+    pairs = r[0:r.size - 1:2] + r[1:r.size:2]
+    stop = np.nonzero(pairs <= 0)[0]
+    pairs = pairs[: stop[0]] if stop.size else pairs
+    # Geyer's monotone sequence: a pair sum never exceeds the previous one.
+    tau = -1.0 + 2.0 * float(np.sum(np.minimum.accumulate(pairs)))
+    return max(inflation, min(tau, float(m)))
 
 
 def _ar1(resid):
