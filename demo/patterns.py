@@ -80,8 +80,8 @@ def keras_in_loop(run_dir, leaky, steps, profile):
     import tensorflow as tf
 
     def build():
-        return keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
-                                 keras.layers.Dense(1)])
+        hidden = [keras.layers.Dense(64, activation="relu") for _ in range(4)]
+        return keras.Sequential([keras.Input((32,)), *hidden, keras.layers.Dense(1)])
 
     x = tf.random.normal([16, 32])
     model = None if leaky else build()  # FIX: build once, outside the loop
