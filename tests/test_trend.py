@@ -5,7 +5,6 @@ Every synthetic series uses a fixed seed. Sizes are in bytes; noise sd is
 """
 
 import json
-import math
 import os
 import sys
 import time
@@ -183,6 +182,11 @@ def test_odd_inputs_never_raise():
     assert assess_series(np.arange(100), np.ones(50)).samples == 50  # lengths disagree
     assert assess_series(np.zeros(100), np.arange(100.0)).samples == 1  # one step repeated
     assert assess_series(np.arange(100), np.full(100, 7.0)).verdict == "no_leak"  # constant
+    assert assess_series(np.arange(50), np.full(50, 1e300)).verdict == "inconclusive"
+    exact = assess_series(np.arange(5000), 3.0 * np.arange(5000) + 7)  # noise-free line
+    assert exact.verdict == "leak"
+    assert exact.slope_ci[0] - 1e-9 <= 3.0 <= exact.slope_ci[1] + 1e-9
+    assert exact.onset_step < 50
     steps = np.arange(100)
     assert assess_series(steps, steps * 1.0, wall_times=[1.0]).slope_per_hour is None
     assert assess_series(steps, steps * 1.0, available_bytes="lots").verdict == "leak"
@@ -283,11 +287,13 @@ def test_million_points_are_fast():
 
 
 def test_corpus_slice_meets_targets():
-    corpus = make_corpus(seed=7, n_series=200, max_length=20_000)
+    # 400 series keep the binomial noise of a 95% recall bar small enough that
+    # only a real regression fails (about 220 clean series, 130 standard leaks).
+    corpus = make_corpus(seed=7, n_series=400, max_length=20_000)
     clean = [c for c in corpus if c[2] == "clean"]
     standard = [c for c in corpus if c[2] == "leak" and c[5]["tier"] == "standard"]
     false_alarms = [c[0] for c in clean if assess_series(c[3], c[4]).verdict == "leak"]
     missed = [c[0] for c in standard if assess_series(c[3], c[4]).verdict != "leak"]
     assert len(false_alarms) <= 0.01 * len(clean), false_alarms
     assert len(missed) <= 0.05 * len(standard), missed
-    assert not math.isnan(len(clean) + len(standard)) and len(standard) >= 60
+    assert len(standard) >= 100

@@ -14,8 +14,8 @@ most such clean series leaks (see benchmarks/bench_detection.py). The method:
 1. Clean: drop non-finite samples, sort by step, keep the last of repeated steps.
 2. Aggregate: more than 1,024 samples become 512-1,023 block medians, which
    bounds the cost (1,000,000 points in well under 100 ms) and defuses spikes.
-3. Sawtooth: two or more sustained drops far beyond the point-to-point noise
-   mark a buffer that is cleared. The ramp is removed by fitting
+3. Sawtooth: two or more sustained drops (5 sd of the point-to-point changes,
+   no rebound) mark a buffer that is cleared. The ramp is removed by fitting
    y = a + b*step + c*(steps since the last reset); what is left is flat for a
    working buffer and rises when the floor leaks.
 4. Warm-up: cut where a line fits the rest best per remaining point (MSER with a
@@ -25,8 +25,9 @@ most such clean series leaks (see benchmarks/bench_detection.py). The method:
    (line + A*(1 - exp(-x/tau))) fits clearly better, growth is measured beyond
    the filling instead.
 6. Evidence: least squares on winsorized points; the slope's variance and
-   degrees of freedom are widened by the residuals' lag-1 autocorrelation
-   (bias-corrected plus one standard error: AR(1) effective sample size).
+   degrees of freedom are widened by the residuals' integrated autocorrelation
+   time: the larger of an AR(1) estimate (lag-1 autocorrelation, bias-corrected
+   plus one standard error) and Geyer's initial positive sequence over all lags.
 7. A leak needs all of: growth significant at p < 1e-4 (the onset is searched
    for; false alarms cost trust); growth over the window of at least 2 noise sd;
    growth that persists in the last 40% of the window (a filled cache or pool
@@ -68,7 +69,7 @@ STOPPED_SLOPE_RATIO = 0.5
 # A leak's tail slope estimate must be at least this share of the whole slope.
 TAIL_MIN_RATIO = 0.2
 # A drop counts as a buffer reset when it exceeds this many sd of point-to-point changes.
-RESET_DROP_SD = 8.0
+RESET_DROP_SD = 5.0
 # Onset is searched on at most this many candidate points.
 ONSET_CANDIDATES = 48
 # The growth window keeps at least this share of the post-warm-up points.
@@ -173,6 +174,13 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
         return _too_few(n, dropped, unit, min_samples)
+    scale = float(np.max(np.abs(values_f)))
+    if not scale < 1e150:
+        # Squares of such values overflow; no memory series gets near this.
+        result = _too_few(n, dropped, unit, min_samples)
+        result.reason = f"values up to {scale:.3g} {unit} are too large to analyse"
+        result.shape = "unclear"
+        return result
 
     t_blk, y_blk = _aggregate_blocks(steps_f, values_f)
     resets = _find_resets(y_blk)
@@ -190,8 +198,7 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
 
     # Noise in the user's unit: raw residuals around the fit.
     if sawtooth:
-        noise = cycle_noise if t_blk.size == n else max(
-            cycle_noise, _within_block_noise(values_f, y_blk))
+        noise = cycle_noise if t_blk.size == n else max(cycle_noise, _diff_noise(values_f))
     elif t_an.size == n:
         noise = an.resid_sd
     else:
@@ -359,9 +366,11 @@ def _regress(x_cols, y):
         y = np.clip(y, fit - 3 * s, fit + 3 * s)
         beta = np.linalg.lstsq(design, y, rcond=None)[0]
         resid = y - design @ beta
-    inflation = _variance_inflation(resid)
     dof = max(y.size - k, 1)
     sigma2 = float(resid @ resid) / dof
+    # An exact fit leaves only rounding noise, whose "autocorrelation" means nothing.
+    exact = sigma2 <= 1e-20 * max(float(np.mean(y * y)), 1e-300)
+    inflation = 1.0 if exact else _variance_inflation(resid)
     try:
         cov = np.linalg.inv(design.T @ design)
         se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)
@@ -389,6 +398,7 @@ class _Analysis:
     line: tuple           # (level at warm-up end, slope, se, df) over the post-warm-up window
     tail: tuple | None    # (slope, se, df) over the last TAIL_FRACTION of the growth window
     step: dict | None     # one-step explanation of the growth window, see _step_test
+    filling: tuple | None  # (slope, se, df) left beyond a filling cache, for "no_leak"
 
 
 def _analyse(t, y):
@@ -408,7 +418,8 @@ def _analyse(t, y):
     last_c = max(0, mw - min_window)
     cands = np.unique(np.linspace(0, last_c, min(ONSET_CANDIDATES, last_c + 1)).astype(int))
     rss = _hinge_rss(tw, yw, cands)
-    best = int(np.argmin(rss))
+    # Ties (an exact line fits with any corner at its start) go to the earliest onset.
+    best = int(np.flatnonzero(rss <= rss.min() + 1e-12 * (float(yw @ yw) + 1e-300))[0])
     c_rel = int(cands[best])
     hinge = _regress([np.maximum(0.0, tw - tw[c_rel])], yw)
     line = _regress([tw - tw[0]], yw)
@@ -417,18 +428,25 @@ def _analyse(t, y):
     # explains the data clearly better. The whole series, warm-up included, is
     # tried first: the warm-up cut may have thrown away the fast early part of
     # a slowly filling cache, the very evidence that it slows down.
-    sat = _whole_saturation(ts, ys, w, hinge) if w > 0 else None
+    # A hinge that already fits exactly leaves nothing for a curve to explain.
+    exact = float(rss[best]) <= 1e-12 * float(yw @ yw) + 1e-300
+    sat = _whole_saturation(ts, ys, w, hinge) if w > 0 and not exact else None
     if sat is not None:
-        start = 0
+        start, filling = 0, sat[3]
+    elif exact:
+        sat = None
     else:
         sat = _saturation(tw, yw, 0.5)
         start = w
         if sat is not None and (float(rss[best]) - sat[1]
                                 < SATURATION_PENALTY * sat[2].sigma2 * sat[2].inflation):
             sat = None
+        if sat is not None:
+            filling = (float(sat[2].beta[1]), float(sat[2].se[1]), sat[2].df)
     tg, yg = ts, ys
     if sat is not None:
-        tau, _, fit = sat
+        tau, _, fit = sat[:3]
+        filling = (filling[0] * to_slope, filling[1] * to_slope, filling[2])
         model = "saturating"
         a, b, amp = (float(v) for v in fit.beta)
         ts0 = float(ts[start])
@@ -440,7 +458,7 @@ def _analyse(t, y):
             xp = np.maximum(x, 0.0)
             return center + yscale * (a + b * x + amp * (1 - np.exp(-xp / tau)))
     else:
-        start, model, fit = w + c_rel, "hinge", hinge
+        start, model, fit, filling = w + c_rel, "hinge", hinge, None
         a, b = (float(v) for v in fit.beta)
         tc = float(tw[c_rel])
 
@@ -467,7 +485,7 @@ def _analyse(t, y):
         resid_sd=_robust_sd(fit.resid) * yscale, predict=predict,
         line=(center + float(line.beta[0]) * yscale, float(line.beta[1]) * to_slope,
               float(line.se[1]) * to_slope, line.df),
-        tail=tail, step=step)
+        tail=tail, step=step, filling=filling)
 
 
 def _tail_slope(t, y, fit):
@@ -497,7 +515,8 @@ def _whole_saturation(ts, ys, w, hinge):
     that fit about as well as the best, the one least favourable to a leak
     (smallest t statistic of b) is kept. Used only when the series clearly is
     such a curve: a significant filling term, and residuals as small as the
-    hinge's after the warm-up cut. Returns (tau, rss, regression) or None.
+    hinge's after the warm-up cut. Returns (tau, rss, regression, (slope, se,
+    df) for the plausible tau that leaves the most growth), or None.
     """
     m = ys.size
     if m < 12:
@@ -525,7 +544,12 @@ def _whole_saturation(ts, ys, w, hinge):
     with np.errstate(divide="ignore", invalid="ignore"):
         t_stat = np.where(se[:, 1] > 0, beta[:, 1] / se[:, 1], np.inf)
     pick = int(np.argmin(np.where(keep, t_stat, np.inf)))
-    return float(taus[pick]), float(rss[pick]), _regress([x, design[pick, :, 2]], ys)
+    # For a "no_leak" claim the opposite tau is the cautious one: the plausible
+    # tau that leaves the most growth.
+    worst = int(np.argmax(np.where(keep, beta[:, 1] + 2 * se[:, 1], -np.inf)))
+    bound = (float(beta[worst, 1]), float(se[worst, 1]),
+             max(1.0, (m - 3) / float(inflation[worst])))
+    return float(taus[pick]), float(rss[pick]), _regress([x, design[pick, :, 2]], ys), bound
 
 
 def _filling_fits(x, ys, taus):
@@ -575,7 +599,10 @@ def _warmup_end(ts, ys):
     cyy = syy - sy * sy / s0
     with np.errstate(divide="ignore", invalid="ignore"):
         rss = np.where(ctt > 0, cyy - cty * cty / np.where(ctt > 0, ctt, 1.0), cyy)
-    return int(np.argmin(np.maximum(rss, 0.0) / (s0 * s0)))
+    # Below rounding error, a fit is exact: an exact line fits every cut, and
+    # the tie goes to the smallest cut.
+    rss = np.where(rss > 1e-12 * float(cyy[0]), rss, 0.0)
+    return int(np.argmin(rss / (s0 * s0)))
 
 
 def _hinge_rss(tw, yw, cands):
@@ -711,15 +738,16 @@ def _robust_sd(x):
     return _MAD_TO_SD * float(np.median(np.abs(x - np.median(x))))
 
 
-def _within_block_noise(y, y_blk):
-    """Robust sd of raw samples around their block's median (the sub-block noise)."""
-    n, m = y.size, y_blk.size
-    k = n // m
-    r = n - m * k
-    stride = max(1, m // 64)
-    rows = np.arange(0, m, stride)
-    dev = y[r:].reshape(m, k)[rows] - y_blk[rows, None]
-    return _robust_sd(dev.ravel())
+def _diff_noise(y):
+    """Robust sd of sample-to-sample changes / sqrt(2): the noise of white jitter.
+
+    Blind to slow wander, but also to ramps and resets, which is what a
+    sawtooth's noise estimate needs. Uses at most ~100,000 pairs.
+    """
+    stride = max(1, y.size // 100_000)
+    first = y[0:y.size - 1:stride]
+    d = y[1::stride][: first.size] - first
+    return _robust_sd(d) / math.sqrt(2.0)
 
 
 def _raw_noise(t, y, an):
@@ -815,17 +843,18 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
     # Significant growth that no structure explains is never called "no_leak",
     # however small against the noise: the noise may be the thing that is wrong.
     explanations = {} if significant else {"flat": (l_slope, l_se, l_df, line_window)}
-    if an.model == "saturating":
-        explanations["saturating"] = (an.slope, an.slope_se, an.df, window)
+    if an.filling is not None:
+        explanations["saturating"] = an.filling + (window,)
     if an.tail is not None and stopped:
         explanations["stopped"] = an.tail + (window,)
     if step_better and st["height"] > 4 * st["height_se"]:
         explanations["step"] = (st["after_slope"], st["after_se"], st["after_df"], window)
-    bounded = {}
+    bounded, conf_clean = {}, 0.0
     for kind, (b, se, df, span) in explanations.items():
         upper = (b + _t_ppf(0.95, df) * se) * span
+        conf = _t_cdf((no_leak_bound - b * span) / max(se * span, 1e-300), df)
+        conf_clean = max(conf_clean, conf)
         if upper < no_leak_bound and df >= MIN_EFFECTIVE_SAMPLES:
-            conf = _t_cdf((no_leak_bound - b * span) / max(se * span, 1e-300), df)
             bounded[kind] = (upper, conf)
     lt = _t_ppf(0.975, l_df)
     line_lo, line_hi = l_slope - lt * l_se, l_slope + lt * l_se
@@ -837,7 +866,12 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
                 fit=_fit_dict(an.t_warmup, an.t_end, l_level, l_slope, line_lo, line_hi),
                 **common)
 
-    for kind in ("step", "saturating", "stopped", "flat"):
+    # The most specific explanation first; a step smaller than the bar for a
+    # leak is noise to the reader, not news.
+    big_step = step_better and st["height"] >= material
+    order = ("step", "saturating", "stopped", "flat") if big_step else (
+        "saturating", "stopped", "flat", "step")
+    for kind in order:
         if kind not in bounded:
             continue
         upper, conf = bounded[kind]
@@ -868,8 +902,9 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
                            reason=reason + samples_note, shape=shape, **base)
 
     conf_leak = _t_cdf((growth - material) / max(growth_se, 1e-300), an.df)
-    conf_clean = max((c for _, c in bounded.values()), default=0.0)
-    if significant and is_material and (stopped or weak_tail):
+    if significant and is_material and an.tail is None:
+        why = "too few points since the onset to check that growth persists"
+    elif significant and is_material and (stopped or weak_tail):
         why = "growth may have stopped near the end"
     elif significant and is_material and not survives_step:
         why = "the growth is mostly one step"
