@@ -74,3 +74,42 @@ def test_profiler_trace_of_tensor_history_names_the_matmul(demo_report):
     assert ops and "matmul" in ops[0]["name"].lower(), [c["name"] for c in ops]
     fixed = demo_report["tensor_history/fixed"]
     assert not [c for c in fixed["culprits"] if c["kind"] == "op"]
+
+
+def test_leak_tab_shows_the_same_verdicts(demo_logdir, demo_report):
+    """The Leak tab in headless Chromium, over a real `tensorboard` on the demo logdir."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import conftest_plugin as cp
+
+    if not os.path.exists(cp.CHROMIUM):
+        pytest.skip(f"Chromium not found at {cp.CHROMIUM} (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    # TensorBoard's default data path when its Rust data server is installed.
+    with cp.TensorBoardProcess(demo_logdir, load_fast=True) as board:
+        board.wait_ready(min_runs=len(demo_report), min_leak_runs=len(demo_report))
+        with playwright_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=cp.CHROMIUM, args=cp.CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1360, "height": 1000})
+                errors = []
+                page.on("pageerror", lambda error: errors.append(str(error)))
+                page.goto(f"{board.url}/data/plugin_entry.html?name=leak")
+                page.wait_for_selector("[data-testid=leak-app][data-state=ready]", timeout=60_000)
+                items = page.locator("[data-testid=run-item]")
+                shown = {items.nth(i).get_attribute("data-run"): items.nth(i).get_attribute("data-verdict")
+                         for i in range(items.count())}
+                assert shown == {run: report["verdict"] for run, report in demo_report.items()}
+                # Leaks are listed first, as a person scanning the list expects.
+                verdicts = list(shown.values())
+                assert verdicts[: verdicts.count("leak")] == ["leak"] * verdicts.count("leak")
+                page.locator("[data-testid=run-item][data-run='tensor_history/leaky']").click()
+                page.wait_for_selector("[data-testid=leak-app][data-state=ready]", timeout=60_000)
+                page.wait_for_selector("[data-testid=chart-card] svg path", timeout=30_000)
+                summary = page.locator("[data-testid=run-summary]")
+                assert summary.get_attribute("data-verdict") == "leak"
+                output = os.path.join(ROOT, "test-output")
+                os.makedirs(output, exist_ok=True)
+                page.screenshot(path=os.path.join(output, "demo-leak-tab.png"), full_page=True)
+                assert not errors, errors
+            finally:
+                browser.close()
