@@ -80,7 +80,7 @@ def keras_in_loop(run_dir, leaky, steps, profile):
     import tensorflow as tf
 
     def build():
-        hidden = [keras.layers.Dense(64, activation="relu") for _ in range(4)]
+        hidden = [keras.layers.Dense(64, activation="relu") for _ in range(8)]
         return keras.Sequential([keras.Input((32,)), *hidden, keras.layers.Dense(1)])
 
     x = tf.random.normal([16, 32])

@@ -24,40 +24,52 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import numpy as np
 
 from tb_leak_plugin import xplane
-
-MEMORY_ALLOCATION = "MemoryAllocation"
-MEMORY_DEALLOCATION = "MemoryDeallocation"
-STEP_STAT = "step_num"
-TRACING_COUNT_STAT = "tracing_count"
-FUNCTION_CALL_STAT = "tf_function_call"
-UNKNOWN = "unknown"
-
-# Events TensorFlow 2.21 writes while it traces a tf.function; the concrete
-# functions it creates are named ``__inference_<function>_<number>``.
-GRAPH_BUILDING_PATTERN = re.compile(r"graph_building|TraceContext|Tracing", re.IGNORECASE)
-CONCRETE_FUNCTION_PATTERN = re.compile(r"__inference_(\w+)_(\d+)")
-
-# Stats whose values the analysis reads; others are skipped while decoding.
-VALUE_STATS = frozenset(
-    {
-        "addr",
-        "allocation_bytes",
-        "requested_bytes",
-        "allocator_name",
-        "tf_op",
-        "region_type",
-        "shape",
-        "data_type",
-        STEP_STAT,
-        TRACING_COUNT_STAT,
-        FUNCTION_CALL_STAT,
-    }
+from tb_leak_plugin.analysis.trace_events import (
+    AFTER_STEPS,
+    BEFORE_STEPS,
+    CONCRETE_FUNCTION_PATTERN,
+    FUNCTION_CALL_STAT,
+    GRAPH_BUILDING_PATTERN,
+    MEMORY_ALLOCATION,
+    MEMORY_DEALLOCATION,
+    PSEUDO_STEPS,
+    STEP_STAT,
+    TRACING_COUNT_STAT,
+    UNKNOWN,
+    VALUE_STATS,
+    MemoryEvents,
+    Steps,
+    data_type_name,
+    decode,
+    extract_memory_events,
+    extract_steps,
 )
+from tb_leak_plugin.analysis.trace_notes import (
+    FULL_COVERAGE_ENV,
+    MIN_RETRACING_STEPS,
+    ONEDNN_ALLOCATOR,
+    coverage_note,
+    find_retracing,
+    format_bytes,
+)
+
+# The trace analysis' public names, wherever they are defined.
+__all__ = [
+    "MEMORY_ALLOCATION", "MEMORY_DEALLOCATION", "STEP_STAT", "TRACING_COUNT_STAT",
+    "FUNCTION_CALL_STAT", "UNKNOWN", "GRAPH_BUILDING_PATTERN", "CONCRETE_FUNCTION_PATTERN",
+    "VALUE_STATS", "MIN_LEAK_STEP_FRACTION", "MIN_LEAK_STEPS", "MIN_LATE_STEP_FRACTION",
+    "PSEUDO_STEPS", "MIN_RETRACING_STEPS", "ONEDNN_ALLOCATOR", "FULL_COVERAGE_ENV",
+    "BEFORE_STEPS", "AFTER_STEPS",
+    "OpRetention", "Steps", "MemoryEvents", "TraceAnalysis", "Pairing",
+    "decode", "extract_memory_events", "data_type_name", "extract_steps",
+    "pair_allocations", "op_retention", "rank_ops", "format_bytes",
+    "find_retracing", "coverage_note",
+    "analyze_memory_events", "analyze_decoded", "analyze_space",
+]
 
 # A leak: memory left behind in at least this share of the traced steps,
 # and in at least MIN_LEAK_STEPS of them.
@@ -66,17 +78,6 @@ MIN_LEAK_STEPS = 3
 # ... and still growing: memory left behind in at least this share of the
 # second half's steps (a cache that filled up early is not a leak).
 MIN_LATE_STEP_FRACTION = 0.25
-# Pseudo-steps when the trace has no step markers.
-PSEUDO_STEPS = 20
-# A tf.function traced in at least this many steps keeps retracing.
-MIN_RETRACING_STEPS = 3
-
-ONEDNN_ALLOCATOR = "mklcpu"
-FULL_COVERAGE_ENV = "TF_ENABLE_ONEDNN_OPTS=0 TF_CPU_ALLOCATOR_USE_BFC=1"
-
-# Step index of times outside the traced steps.
-BEFORE_STEPS = -1
-AFTER_STEPS = -2
 
 
 # -- results --------------------------------------------------------------------
@@ -129,70 +130,6 @@ class OpRetention:
 
 
 @dataclasses.dataclass
-class Steps:
-    """The traced steps: one entry per step, in time order.
-
-    Attributes:
-      number: the step number (``step_num``), or the pseudo-step index.
-      start_ps, end_ps: the step's time span, picoseconds.
-      source: ``"markers"``, ``"pseudo"`` (equal slices of the trace's time)
-        or ``"none"`` (nothing to slice).
-    """
-
-    number: np.ndarray
-    start_ps: np.ndarray
-    end_ps: np.ndarray
-    source: str
-
-    def __len__(self) -> int:
-        return int(self.number.size)
-
-    def index_of(self, times_ps: np.ndarray) -> np.ndarray:
-        """Step index of each time; BEFORE_STEPS / AFTER_STEPS outside them.
-
-        A time in the gap between two steps belongs to the earlier step.
-        """
-        times_ps = np.asarray(times_ps, dtype=np.int64)
-        if not len(self):
-            return np.full(times_ps.size, BEFORE_STEPS, dtype=np.int64)
-        index = np.searchsorted(self.start_ps, times_ps, side="right") - 1
-        index[index < 0] = BEFORE_STEPS
-        index[times_ps > self.end_ps[-1]] = AFTER_STEPS
-        return index
-
-
-@dataclasses.dataclass
-class MemoryEvents:
-    """Memory events of a trace as arrays (one entry per event).
-
-    ``labels`` holds every text (allocator, op, region, shape, data type);
-    the ``*_code`` columns index it.
-    """
-
-    plane: np.ndarray  # int32: which plane the event is on
-    time_ps: np.ndarray  # int64
-    is_allocation: np.ndarray  # bool; False = deallocation
-    address: np.ndarray  # int64 (uint64 addresses keep their bit pattern)
-    bytes: np.ndarray  # int64: allocation_bytes, else requested_bytes
-    allocator_code: np.ndarray  # int32
-    op_code: np.ndarray
-    region_code: np.ndarray
-    shape_code: np.ndarray
-    dtype_code: np.ndarray
-    labels: list[str]
-    without_address: int = 0  # memory events left out: no address to pair by
-
-    def __len__(self) -> int:
-        return int(self.time_ps.size)
-
-    @classmethod
-    def empty(cls) -> "MemoryEvents":
-        z = np.zeros(0, dtype=np.int64)
-        c = np.zeros(0, dtype=np.int32)
-        return cls(c, z, np.zeros(0, bool), z, z, c, c, c, c, c, [])
-
-
-@dataclasses.dataclass
 class TraceAnalysis:
     """Everything the trace analysis found in one XSpace (one host, one session).
 
@@ -221,176 +158,6 @@ class TraceAnalysis:
     retracing: list[dict]
     unmatched_frees: int
     planes: list[str]
-
-
-# -- from an XSpace to arrays ------------------------------------------------------------
-
-
-def _select_event(name: str) -> bool:
-    return (
-        name in (MEMORY_ALLOCATION, MEMORY_DEALLOCATION)
-        or GRAPH_BUILDING_PATTERN.search(name) is not None
-        or "__inference_" in name
-    )
-
-
-def decode(space) -> xplane.DecodedSpace:
-    """Decode what the analysis needs from an XSpace (bytes or a message).
-
-    Raises:
-      xplane.XPlaneDecodeError: the bytes are not a readable XSpace.
-    """
-    data = space.SerializeToString() if hasattr(space, "SerializeToString") else space
-    return xplane.decode_space(
-        data,
-        select_names=_select_event,
-        select_stats=(STEP_STAT, TRACING_COUNT_STAT),
-        value_stats=VALUE_STATS,
-        # A free is paired by allocator and address; its other stats are not read.
-        value_stats_by_event={MEMORY_DEALLOCATION: ("addr", "allocator_name")},
-    )
-
-
-class _Labels:
-    def __init__(self):
-        self.texts: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def code(self, text: str) -> int:
-        code = self._index.get(text)
-        if code is None:
-            code = self._index[text] = len(self.texts)
-            self.texts.append(text)
-        return code
-
-    def recode(self, codes: np.ndarray, table: list[str], convert=str) -> np.ndarray:
-        """Map per-plane codes (-1 = absent) into this table."""
-        mapping = np.array(
-            [self.code(convert(t)) for t in table] + [self.code(UNKNOWN)], dtype=np.int32
-        )
-        return mapping[np.where(codes < 0, len(table), codes)]
-
-
-def _ids_named(plane: xplane.PlaneEvents, name: str) -> list[int]:
-    return [mid for mid, n in plane.event_names.items() if n == name]
-
-
-def extract_memory_events(decoded: xplane.DecodedSpace) -> MemoryEvents:
-    """Collect the memory events of every plane into one :class:`MemoryEvents`."""
-    labels = _Labels()
-    parts = []
-    skipped = 0
-    for plane_index, plane in enumerate(decoded.planes):
-        alloc_ids = _ids_named(plane, MEMORY_ALLOCATION)
-        free_ids = _ids_named(plane, MEMORY_DEALLOCATION)
-        if not (alloc_ids or free_ids) or not len(plane):
-            continue
-        address, has_address = plane.int_stat("addr")
-        is_memory = np.isin(plane.metadata_id, alloc_ids + free_ids)
-        # Without an address an event cannot be paired: leave it out, counted.
-        skipped += int(np.count_nonzero(is_memory & ~has_address))
-        rows = np.flatnonzero(is_memory & has_address)
-        if not rows.size:
-            continue
-        allocated, has_allocated = plane.int_stat("allocation_bytes")
-        size = allocated
-        if not (has_allocated[rows] & (allocated[rows] > 0)).all():
-            requested, _ = plane.int_stat("requested_bytes")
-            size = np.where(has_allocated & (allocated > 0), allocated, requested)
-        columns = {}
-        for stat in ("allocator_name", "tf_op", "region_type", "shape"):
-            codes, table = plane.str_stat(stat)
-            columns[stat] = labels.recode(codes[rows], table, _clean_label)
-        dtype_codes, dtype_table = plane.str_stat("data_type")
-        columns["data_type"] = labels.recode(dtype_codes[rows], dtype_table, data_type_name)
-        parts.append(
-            dict(
-                plane=np.full(rows.size, plane_index, dtype=np.int32),
-                time_ps=plane.start_ps[rows],
-                is_allocation=np.isin(plane.metadata_id[rows], alloc_ids),
-                address=address[rows],
-                bytes=np.maximum(size[rows], 0),
-                allocator_code=columns["allocator_name"],
-                op_code=columns["tf_op"],
-                region_code=columns["region_type"],
-                shape_code=columns["shape"],
-                dtype_code=columns["data_type"],
-            )
-        )
-    if not parts:
-        events = MemoryEvents.empty()
-        events.without_address = skipped
-        return events
-    merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return MemoryEvents(labels=labels.texts, without_address=skipped, **merged)
-
-
-def _clean_label(text: str) -> str:
-    return text if text else UNKNOWN
-
-
-_DTYPE_NAMES = {
-    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
-    8: "complex64", 9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32",
-    14: "bfloat16", 15: "qint16", 16: "quint16", 17: "uint16", 18: "complex128",
-    19: "float16", 20: "resource", 21: "variant", 22: "uint32", 23: "uint64",
-}
-
-
-def data_type_name(text: str) -> str:
-    """A readable dtype for a ``data_type`` stat (TF DataType number or text)."""
-    text = text.strip()
-    if not text:
-        return UNKNOWN
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    if not number.is_integer():
-        return text
-    number = int(number)
-    if number == 0:
-        return UNKNOWN
-    return _DTYPE_NAMES.get(number, f"dtype {number}")
-
-
-def extract_steps(decoded: xplane.DecodedSpace, span_ps: tuple[int, int] | None) -> Steps:
-    """Steps from step markers; else ``PSEUDO_STEPS`` equal slices of ``span_ps``.
-
-    Markers with the same step number (several threads or hosts) are merged
-    into one step spanning all of them.
-    """
-    numbers, starts, ends = [], [], []
-    for plane in decoded.planes:
-        if not len(plane):
-            continue
-        has = plane.has_stat(STEP_STAT)
-        if not has.any():
-            continue
-        values, present = plane.int_stat(STEP_STAT)
-        rows = np.flatnonzero(has & present)
-        numbers.append(values[rows])
-        starts.append(plane.start_ps[rows])
-        ends.append(plane.start_ps[rows] + np.maximum(plane.duration_ps[rows], 0))
-    if numbers:
-        number = np.concatenate(numbers)
-        start = np.concatenate(starts)
-        end = np.concatenate(ends)
-        distinct, inverse = np.unique(number, return_inverse=True)
-        merged_start = np.full(distinct.size, np.iinfo(np.int64).max, dtype=np.int64)
-        merged_end = np.full(distinct.size, np.iinfo(np.int64).min, dtype=np.int64)
-        np.minimum.at(merged_start, inverse, start)
-        np.maximum.at(merged_end, inverse, end)
-        order = np.argsort(merged_start, kind="stable")
-        return Steps(distinct[order], merged_start[order], merged_end[order], "markers")
-    if span_ps is None or span_ps[1] <= span_ps[0]:
-        empty = np.zeros(0, dtype=np.int64)
-        return Steps(empty, empty, empty, "none")
-    edges = np.linspace(span_ps[0], span_ps[1], PSEUDO_STEPS + 1)
-    edges = np.round(edges).astype(np.int64)
-    return Steps(
-        np.arange(PSEUDO_STEPS, dtype=np.int64), edges[:-1], edges[1:], "pseudo"
-    )
 
 
 # -- pairing and retention ---------------------------------------------------------------
@@ -579,16 +346,6 @@ def _retained_where(key_of, retained, step, n_keys, total_steps):
     return first_only, last_only, before, after
 
 
-def format_bytes(count: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
-
-
 def _reason(suspicious, steps_retained, total, needed, retained, count, per_step,
             first_only, last_only, before, after, source, still_growing) -> str:
     kind = "pseudo-steps" if source == "pseudo" else "steps"
@@ -625,168 +382,6 @@ def _reason(suspicious, steps_retained, total, needed, retained, count, per_step
             "second half: the growth stopped, as when a cache fills up"
         )
     return f"{held} kept from {steps_retained} of {total} {kind}, but not growing with the steps"
-
-
-# -- retracing -----------------------------------------------------------------------------
-
-
-def find_retracing(decoded: xplane.DecodedSpace, steps: Steps) -> list[dict]:
-    """tf.functions traced during the traced steps, most retraced first.
-
-    Evidence per function: calls whose ``tf_function_call`` stat says
-    ``traced...`` (or whose ``tracing_count`` went up), graph-building
-    events inside its calls, and new ``__inference_<name>_<n>`` concrete
-    functions. ``growing`` is True when tracing happened in at least
-    ``MIN_RETRACING_STEPS`` different steps.
-
-    Each dict: function, calls, traces, tracing_steps, steps_total,
-    tracing_count_first, tracing_count_last, concrete_functions, growing,
-    reason.
-    """
-    found: dict[str, dict] = {}
-
-    def entry(name: str) -> dict:
-        return found.setdefault(
-            name,
-            dict(function=name, calls=0, traces=0, steps=set(), counts=[],
-                 concrete=set(), graph_building=0),
-        )
-
-    for plane in decoded.planes:
-        if not len(plane):
-            continue
-        names = plane.event_names
-        graph_ids = [m for m, n in names.items() if GRAPH_BUILDING_PATTERN.search(n)]
-        has_count = plane.has_stat(TRACING_COUNT_STAT)
-        calls = np.flatnonzero(has_count)
-        counts, _ = plane.int_stat(TRACING_COUNT_STAT)
-        call_codes, call_table = plane.str_stat(FUNCTION_CALL_STAT)
-        call_step = steps.index_of(plane.start_ps[calls])
-        traced_call = np.zeros(calls.size, dtype=bool)
-        # Tracing events inside a call mark that call as traced.
-        graph_rows = np.flatnonzero(np.isin(plane.metadata_id, graph_ids))
-        unattributed = []
-        for row in graph_rows.tolist():
-            inside = np.flatnonzero(
-                (plane.line[calls] == plane.line[row])
-                & (plane.start_ps[calls] <= plane.start_ps[row])
-                & (plane.start_ps[calls] + plane.duration_ps[calls] >= plane.start_ps[row])
-            )
-            if inside.size:
-                traced_call[inside[np.argmax(plane.start_ps[calls][inside])]] = True
-            else:
-                unattributed.append(row)
-        by_name: dict[str, list[int]] = {}
-        for i, mid in enumerate(plane.metadata_id[calls].tolist()):
-            by_name.setdefault(names.get(mid, UNKNOWN), []).append(i)
-        for name, members in by_name.items():
-            members = np.array(members)
-            members = members[np.argsort(plane.start_ps[calls][members], kind="stable")]
-            item = entry(name)
-            count = counts[calls][members]
-            said = call_codes[calls][members]
-            traced = traced_call[members].copy()
-            for j, code in enumerate(said.tolist()):
-                if code >= 0 and call_table[code].lower().startswith("traced"):
-                    traced[j] = True
-            if (said < 0).any():
-                went_up = np.zeros(members.size, dtype=bool)
-                went_up[1:] = count[1:] > count[:-1]
-                traced |= went_up & (said < 0)
-            member_steps = call_step[members]
-            item["calls"] += int(members.size)
-            item["traces"] += int(np.count_nonzero(traced))
-            item["steps"].update(member_steps[traced & (member_steps >= 0)].tolist())
-            item["counts"].extend(count.tolist())
-        if unattributed:
-            item = entry("(graph building outside a traced call)")
-            rows = np.array(unattributed)
-            item["graph_building"] += rows.size
-            item["traces"] += rows.size
-            s = steps.index_of(plane.start_ps[rows])
-            item["steps"].update(s[s >= 0].tolist())
-        # New concrete functions, by first appearance.
-        concrete = {
-            mid: match
-            for mid, match in ((m, CONCRETE_FUNCTION_PATTERN.search(n)) for m, n in names.items())
-            if match
-        }
-        rows = np.flatnonzero(np.isin(plane.metadata_id, list(concrete)))
-        if rows.size:
-            order = np.lexsort((plane.start_ps[rows], plane.metadata_id[rows]))
-            rows = rows[order]
-            mids, first = np.unique(plane.metadata_id[rows], return_index=True)
-            first_steps = steps.index_of(plane.start_ps[rows[first]])
-            for mid, step in zip(mids.tolist(), first_steps.tolist()):
-                match = concrete[mid]
-                entry(match.group(1))["concrete"].add((match.group(2), int(step)))
-
-    results = []
-    for item in found.values():
-        # The earliest concrete function may predate the trace: not evidence.
-        later = sorted(item["concrete"], key=lambda c: (c[1] < 0, c[1]))[1:]
-        concrete_steps = {s for _, s in later if s >= 0}
-        new_concrete = sum(1 for _, s in later if s >= 0)
-        tracing_steps = item["steps"] | concrete_steps
-        if not tracing_steps and not item["traces"]:
-            continue
-        growing = len(tracing_steps) >= MIN_RETRACING_STEPS
-        counts = item["counts"]
-        result = dict(
-            function=item["function"],
-            calls=item["calls"],
-            traces=max(item["traces"], new_concrete),
-            tracing_steps=len(tracing_steps),
-            steps_total=len(steps),
-            tracing_count_first=counts[0] if counts else None,
-            tracing_count_last=counts[-1] if counts else None,
-            concrete_functions=len({n for n, _ in item["concrete"]}),
-            growing=growing,
-        )
-        result["reason"] = (
-            f"traced again in {len(tracing_steps)} of {len(steps)} steps: each trace builds "
-            "and keeps a new graph; pass tensors (not Python values) and fixed shapes, "
-            "or use reduce_retracing=True"
-            if growing
-            else f"traced in {len(tracing_steps)} of {len(steps)} steps (warm-up tracing is normal)"
-        )
-        results.append(result)
-    results.sort(key=lambda r: (not r["growing"], -r["tracing_steps"], r["function"]))
-    return results
-
-
-# -- coverage --------------------------------------------------------------------------------
-
-
-def coverage_note(allocators: list[str], memory_events: int, smallest_bytes: int | None,
-                  without_address: int = 0) -> str:
-    """Say plainly what the traced allocators can and cannot show."""
-    note = _coverage(allocators, memory_events, smallest_bytes)
-    if without_address:
-        note += (f" {without_address} memory event{'s' if without_address != 1 else ''} "
-                 "had no address and could not be paired; left out.")
-    return note
-
-
-def _coverage(allocators, memory_events, smallest_bytes) -> str:
-    if not memory_events:
-        return (
-            "This trace has no memory events, so it cannot show which ops keep memory. "
-            "TensorFlow traces allocations only through some allocators: with its default "
-            "oneDNN build on x86 only allocations of about 256 KiB and up (allocator mklcpu); "
-            "with TF_ENABLE_ONEDNN_OPTS=0 alone, none. For every allocation set "
-            f"{FULL_COVERAGE_ENV} in the environment before TensorFlow starts."
-        )
-    names = ", ".join(allocators)
-    if ONEDNN_ALLOCATOR in allocators:
-        smallest = f" (smallest traced: {format_bytes(smallest_bytes)})" if smallest_bytes else ""
-        return (
-            f"Traced allocators: {names}. The oneDNN allocator mklcpu (TensorFlow's default "
-            "on x86) traces only large allocations, about 256 KiB and up; smaller tensors "
-            f"are invisible here{smallest}. For full coverage set {FULL_COVERAGE_ENV} in "
-            "the environment before TensorFlow starts."
-        )
-    return f"Traced allocators: {names}. Every allocation through them is in the trace."
 
 
 # -- everything ------------------------------------------------------------------------------
