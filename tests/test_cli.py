@@ -118,6 +118,8 @@ def test_fail_on_leak_and_run_filter(logdir, capsys):
     (["analyze", "LOGDIR", "--run", "("], "not a valid regular expression"),
     (["analyze", "LOGDIR", "--format", "xml"], "invalid choice"),
     (["analyze"], "required"),
+    (["analyze", "LOGDIR", "--jobs", "0"], "--jobs must be at least 1"),
+    (["analyze", "LOGDIR", "--max-trace-mib", "-1"], "--max-trace-mib must be positive"),
     ([], "a command is required"),
 ])
 def test_bad_usage_exits_2_with_one_line_error(args, message, logdir, capsys):
@@ -211,3 +213,11 @@ def test_materiality_keeps_tiny_heap_growth_from_being_a_leak(tmp_path):
     blocks = next(s for s in result.series if s.tag == "leak/python/allocated_blocks")
     assert blocks.verdict == "no_leak" and "under the 1%" in blocks.trend.reason
     assert result.verdict == "no_leak"
+
+
+def test_parallel_workers_give_the_same_report(logdir):
+    from tb_leak_plugin import analyze
+
+    serial = analyze.analyze_logdir(logdir, jobs=1).to_dict()
+    parallel = analyze.analyze_logdir(logdir, jobs=2).to_dict()
+    assert json.dumps(parallel, sort_keys=True) == json.dumps(serial, sort_keys=True)
