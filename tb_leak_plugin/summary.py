@@ -135,6 +135,13 @@ class TFSummaryWriter:
             )
         self._tf = tf
         self._writer = writer
+        self._metadata: dict[SeriesInfo, bytes] = {}
+
+    def _metadata_bytes(self, info: SeriesInfo) -> bytes:
+        encoded = self._metadata.get(info)
+        if encoded is None:
+            encoded = self._metadata[info] = metadata.create_summary_metadata(info).SerializeToString()
+        return encoded
 
     def write(self, step: int, sample: Sample, wall_time: float | None = None) -> bool:
         tf = self._tf
@@ -153,7 +160,7 @@ class TFSummaryWriter:
                     info.tag,
                     tf.constant(float(value), dtype=tf.float32),
                     step=int(step),
-                    metadata=metadata.create_summary_metadata(info).SerializeToString(),
+                    metadata=self._metadata_bytes(info),
                 )
             ) or written
         return written
@@ -162,24 +169,19 @@ class TFSummaryWriter:
         if self._writer is not None:
             self._writer.flush()
         else:
-            default = self._tf.summary.experimental.get_default_writer() if hasattr(
-                self._tf.summary.experimental, "get_default_writer"
-            ) else None
-            if default is not None:
-                default.flush()
+            self._tf.summary.flush()  # the default writer, if one is active
 
     def close(self) -> None:
         self.flush()
 
 
-def memory_pb(step: int | None = None) -> summary_pb2.Summary:
+def memory_pb() -> summary_pb2.Summary:
     """A ``Summary`` proto with process, Python-heap and TF-allocator memory now.
 
     Needs no TensorFlow; TensorFlow allocator series appear only when the
-    program has imported TensorFlow. ``step`` is accepted for symmetry and
-    not stored (a Summary carries no step; wrap it in an Event).
+    program has imported TensorFlow. A Summary carries no step: wrap it in an
+    ``Event`` with one to write it.
     """
-    del step
     return sample_to_summary_pb(_memory_sample())
 
 
