@@ -12,6 +12,7 @@ import re
 import sys
 
 from tb_leak_plugin import __version__
+from tb_leak_plugin.units import format_bytes, format_duration
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE = 0, 1, 2
 
@@ -19,36 +20,22 @@ VERDICT_LABEL = {"leak": "LEAK", "no_leak": "no leak", "inconclusive": "inconclu
 
 
 def human_bytes(value: float | None, signed: bool = False) -> str:
-    """Format bytes with binary units: ``12.3 KiB``; ``+`` sign when ``signed``."""
-    if value is None:
-        return "-"
-    sign = "-" if value < 0 else ("+" if signed else "")
-    magnitude = abs(float(value))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if magnitude < 1024 or unit == "TiB":
-            text = f"{magnitude:.0f} {unit}" if unit == "B" else f"{magnitude:.1f} {unit}"
-            return sign + text
-        magnitude /= 1024
-    return sign + f"{magnitude:.1f} TiB"  # pragma: no cover
+    """Bytes with binary units (``12.3 KiB``), ``-`` for none."""
+    return "-" if value is None else format_bytes(value, signed)
 
 
 def human_amount(value: float | None, unit: str, signed: bool = False) -> str:
-    """A value in its unit, bytes humanised, counts with up to 3 significant decimals."""
+    """A value in its unit, bytes humanised, counts with 3 significant digits."""
     if value is None:
         return "-"
     if unit == "bytes":
-        return human_bytes(value, signed)
+        return format_bytes(value, signed)
     text = f"{value:+.3g}" if signed else f"{value:.3g}"
     return f"{text} {unit}"
 
 
 def human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
+    return "-" if seconds is None else format_duration(seconds)
 
 
 def _ci_text(series: dict) -> str:

@@ -54,8 +54,8 @@ from tb_leak_plugin.analysis.trace_notes import (
     ONEDNN_ALLOCATOR,
     coverage_note,
     find_retracing,
-    format_bytes,
 )
+from tb_leak_plugin.units import format_bytes
 
 # The trace analysis' public names, wherever they are defined.
 __all__ = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tb_leak_plugin import xplane
+from tb_leak_plugin.units import format_bytes
 from tb_leak_plugin.analysis.trace_events import (
     CONCRETE_FUNCTION_PATTERN,
     FUNCTION_CALL_STAT,
@@ -25,16 +26,6 @@ MIN_RETRACING_STEPS = 3
 
 ONEDNN_ALLOCATOR = "mklcpu"
 FULL_COVERAGE_ENV = "TF_ENABLE_ONEDNN_OPTS=0 TF_CPU_ALLOCATOR_USE_BFC=1"
-
-
-def format_bytes(count: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 # -- retracing -----------------------------------------------------------------------------

@@ -63,6 +63,7 @@ from tb_leak_plugin.analysis._shapes import (  # re-exported: tuning knobs of th
     find_resets,
 )
 from tb_leak_plugin.analysis._stats import diff_noise, robust_sd, t_cdf, t_ppf, t_sf
+from tb_leak_plugin.units import format_quantity
 
 __all__ = [
     "TrendResult", "assess_series",
@@ -512,13 +513,7 @@ def _fmt(x, unit):
         return "n/a"
     if abs(x) < 1e-9:
         x = 0.0  # rounding noise of an exact fit, not a number to show
-    if unit == "bytes":
-        mag = abs(x)
-        for div, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-            if mag >= div:
-                return f"{x / div:.3g} {name}"
-        return f"{x:.3g} B"
-    return f"{x:.3g} {unit}" if unit else f"{x:.3g}"
+    return format_quantity(x, unit)
 
 
 def _clip01(x):
