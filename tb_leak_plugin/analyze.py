@@ -64,7 +64,13 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
 
 
 def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
-    return report_for_run(loading.load_run(name, run_dir), with_traces, max_trace_bytes)
+    try:
+        return report_for_run(loading.load_run(name, run_dir), with_traces, max_trace_bytes)
+    except Exception as error:  # one unreadable run must not sink the others
+        logger.warning("tb-leak: run %r could not be analysed: %s", name, error)
+        run = RunData(name=name, path=run_dir,
+                      warnings=[f"{run_dir}: could not be analysed ({type(error).__name__}: {error})"])
+        return build_run_report(run)
 
 
 def default_jobs(run_count: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 
@@ -108,12 +109,14 @@ def format_text(report: dict) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return re.sub(r"([\\`*_{}\[\]<>|#])", r"\\\1", str(text))
+    """Names from event files, made inert in markdown: one line, specials escaped."""
+    one_line = re.sub(r"[\r\n]+", " ", str(text))
+    return re.sub(r"([\\`*_{}\[\]<>|#!()])", r"\\\1", one_line)
 
 
 def format_markdown(report: dict) -> str:
     """A report for pasting into a pull request or an issue."""
-    lines = [f"## tb-leak report: `{report['logdir']}`", ""]
+    lines = [f"## tb-leak report: {_md_escape(report['logdir'])}", ""]
     for warning in report["warnings"]:
         lines.append(f"> warning: {_md_escape(warning)}")
     lines += ["| run | verdict | confidence | memory growth / step | top culprit |", "|---|---|---|---|---|"]
@@ -128,7 +131,8 @@ def format_markdown(report: dict) -> str:
         lines += ["", f"### {_md_escape(run['run'])}", "", _md_escape(run["reason"]), ""]
         for culprit in run["culprits"][:5]:
             growth = human_amount(culprit["growth_per_step"], culprit["unit"], True)
-            lines.append(f"- **{culprit['kind']}** `{culprit['name']}`: {growth}/step. {_md_escape(culprit['evidence'])}")
+            lines.append(f"- **{culprit['kind']}** {_md_escape(culprit['name'])}: {growth}/step. "
+                         f"{_md_escape(culprit['evidence'])}")
         for hint in run["hints"]:
             lines.append(f"- *{hint['title']}*: {hint['text']} **Fix:** {hint['fix']}")
     return "\n".join(lines) + "\n"
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         print("tb-leak: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    if args.max_trace_mib is not None and args.max_trace_mib <= 0:
+    if args.max_trace_mib is not None and not (math.isfinite(args.max_trace_mib) and args.max_trace_mib > 0):
         print("tb-leak: error: --max-trace-mib must be positive", file=sys.stderr)
         return EXIT_USAGE
     from tb_leak_plugin import analyze, loading

@@ -3,9 +3,14 @@
 TensorBoard's own ``EventFileWriter`` goes through ``tensorboard.compat.tf``,
 which imports TensorFlow whenever it is installed: seconds of start-up and
 hundreds of MiB in a PyTorch or plain Python job. This writer frames TFRecords
-itself (length, masked CRC-32C, payload, masked CRC-32C) and opens files
-through TensorBoard's TensorFlow-free ``gfile`` stub, so local paths and the
-stub's remote filesystems both work.
+itself (length, masked CRC-32C, payload, masked CRC-32C). Local files are
+appended to; remote paths go through TensorBoard's TensorFlow-free ``gfile``
+stub, appending where its filesystem can and otherwise rewriting the whole
+(small) file at each flush (its S3 filesystem has no append).
+
+A failed write keeps the pending records for the next flush, and a local
+file is cut back to its last complete record, so a full disk loses no
+point once space returns and never leaves a torn record behind.
 """
 
 from __future__ import annotations
@@ -49,14 +54,17 @@ class RecordEventWriter:
         self._pending: list[bytes] = []
         self._last_flush = time.monotonic()
         self._closed = False
+        self._written = 0  # bytes of complete records in the file
+        self._remote_copy: bytearray | None = None
         if "://" in self.path:
-            # Remote filesystems of TensorBoard's stub append whole blobs.
             self._fs = gfile.get_filesystem(self.path)
+            if not hasattr(self._fs, "append"):
+                self._remote_copy = bytearray()
             self._fs.write(self.path, b"", binary_mode=True)
-            self._handle = None
+            self._fd = None
         else:
             self._fs = None
-            self._handle = open(self.path, "ab")
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         self._pending.append(_record(version.SerializeToString()))
         self.flush()
@@ -77,19 +85,45 @@ class RecordEventWriter:
                 self._last_flush = time.monotonic()
                 return
             data = b"".join(self._pending)
-            self._pending.clear()
-            if self._handle is not None:
-                self._handle.write(data)
-                self._handle.flush()
-            else:
-                self._fs.append(self.path, data, binary_mode=True)
             self._last_flush = time.monotonic()
+            try:
+                self._write(data)
+            except Exception:
+                self._rewind()
+                raise  # the caller (the Monitor) logs it; records stay pending
+            self._pending.clear()
+            self._written += len(data)
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is not None:
+            view = memoryview(data)
+            while view:  # unbuffered: nothing is left behind in a buffer on failure
+                view = view[os.write(self._fd, view):]
+        elif self._remote_copy is not None:
+            self._fs.write(self.path, bytes(self._remote_copy) + data, binary_mode=True)
+            self._remote_copy += data
+        else:
+            self._fs.append(self.path, data, binary_mode=True)
+
+    def _rewind(self) -> None:
+        """Cut a local file back to its last complete record after a failed write."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, self._written)
+        except OSError:
+            pass
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._close_handle()
+
+    def _close_handle(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            if self._handle is not None:
-                self._handle.close()
+            if self._fd is not None:
+                os.close(self._fd)

@@ -89,13 +89,35 @@ def discover_runs(logdir: str) -> dict[str, str]:
         raise LogdirError(f"logdir {logdir!r} is not a directory")
     runs = {}
     try:
-        for directory, _subdirs, files in gfile.walk(logdir):
+        for directory, files in _walk(logdir):
             if any(EVENT_FILE_PATTERN.search(name) for name in files):
                 rel = _relative(logdir, directory)
                 runs[rel] = directory
     except Exception as error:
         raise LogdirError(f"cannot list logdir {logdir!r}: {error}") from None
     return dict(sorted(runs.items()))
+
+
+def _walk(logdir: str):
+    """Yield (directory, file names) under ``logdir``.
+
+    Local directories follow symlinks (runs are often linked into a logdir)
+    but visit each real directory once, so a link loop cannot repeat runs or
+    recurse forever. Remote filesystems have no links: TensorBoard's walk.
+    """
+    if is_remote(logdir):
+        for directory, _subdirs, files in gfile.walk(logdir):
+            yield directory, files
+        return
+    seen = set()
+    for directory, subdirs, files in os.walk(logdir, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        subdirs[:] = sorted(d for d in subdirs if os.path.realpath(os.path.join(directory, d)) not in seen)
+        yield directory, files
 
 
 def _relative(logdir: str, directory: str) -> str:
@@ -217,8 +239,10 @@ def scalar_value(value) -> float | None:
         if tensor.int_val:
             return float(tensor.int_val[0])
         if tensor.tensor_content and tensor.dtype in _DTYPES:
-            array = np.frombuffer(tensor.tensor_content, dtype=_DTYPES[tensor.dtype])
-            return float(array[0]) if array.size else None
+            dtype = np.dtype(_DTYPES[tensor.dtype])
+            if len(tensor.tensor_content) < dtype.itemsize:
+                return None  # malformed: fewer bytes than one element
+            return float(np.frombuffer(tensor.tensor_content[:dtype.itemsize], dtype=dtype)[0])
         if tensor.half_val:
             return float(np.array(tensor.half_val[0], dtype=np.uint16).view(np.float16))
         return None

@@ -27,6 +27,9 @@ logger = logging.getLogger("tb_leak_plugin")
 # TensorFlow loaded (about 60 ns); only a prior until the first census runs.
 _CENSUS_SECONDS_PER_BLOCK = 60e-9
 
+# Consecutive failed writes after which the monitor stops sampling.
+_MAX_WRITE_FAILURES = 3
+
 DEFAULT_PROBES = ("process", "python", "tf", "gc", "objects", "tensors", "tf_function")
 
 
@@ -151,6 +154,7 @@ class Monitor:
         self._monitor_s = 0.0
         self._last_return = time.perf_counter()
         self._closed = False
+        self._write_failures = 0
 
     # -- public API -------------------------------------------------------
 
@@ -257,8 +261,19 @@ class Monitor:
             if objects is not None:
                 objects.release()
         started = time.perf_counter()
-        if sample:
-            self._writer.write(step, sample)
+        try:
+            if sample:
+                self._writer.write(step, sample)
+            self._write_failures = 0
+        except Exception as error:
+            # A full disk or a vanished directory: the units are still
+            # rescheduled below (so the budget holds), and after a few
+            # failures in a row the monitor stops sampling altogether.
+            self._write_failures += 1
+            self._log_once(f"writing summaries failed ({type(error).__name__}: {error})")
+            if self._write_failures >= _MAX_WRITE_FAILURES:
+                self._log_once(f"{_MAX_WRITE_FAILURES} writes failed in a row; the monitor stops sampling")
+                self._units = []
         write_cost = (time.perf_counter() - started) / len(due)
         for unit in due:
             # Writing is paid for by the groups that produced the values.

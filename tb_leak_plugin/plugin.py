@@ -278,7 +278,8 @@ class LeakPlugin(base_plugin.TBPlugin):
     def objects_impl(self, ctx, experiment: str, run: str) -> dict:
         """Live-object types of the run, growing ones first, with sparklines."""
         entry = self._entry_for(ctx, experiment, run)
-        culprits = {c["name"]: (rank, c) for rank, c in enumerate(entry.report["culprits"])
+        # Object culprits carry their series' tag (the total's name is prose).
+        culprits = {c["details"].get("tag"): (rank, c) for rank, c in enumerate(entry.report["culprits"])
                     if c["kind"] == "object_type"}
         types = []
         total = None
@@ -291,7 +292,7 @@ class LeakPlugin(base_plugin.TBPlugin):
                 continue
             idx = downsample_indices(points.values, SPARKLINE_POINTS)
             name = series["subject"] or series["measure"]
-            rank, culprit = culprits.get(name, (None, None))
+            rank, culprit = culprits.get(tag, (None, None))
             row = {
                 "name": name,
                 "tag": tag,

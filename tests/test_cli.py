@@ -120,6 +120,8 @@ def test_fail_on_leak_and_run_filter(logdir, capsys):
     (["analyze"], "required"),
     (["analyze", "LOGDIR", "--jobs", "0"], "--jobs must be at least 1"),
     (["analyze", "LOGDIR", "--max-trace-mib", "-1"], "--max-trace-mib must be positive"),
+    (["analyze", "LOGDIR", "--max-trace-mib", "nan"], "--max-trace-mib must be positive"),
+    (["analyze", "LOGDIR", "--max-trace-mib", "inf"], "--max-trace-mib must be positive"),
     ([], "a command is required"),
 ])
 def test_bad_usage_exits_2_with_one_line_error(args, message, logdir, capsys):
@@ -221,3 +223,16 @@ def test_parallel_workers_give_the_same_report(logdir):
     serial = analyze.analyze_logdir(logdir, jobs=1).to_dict()
     parallel = analyze.analyze_logdir(logdir, jobs=2).to_dict()
     assert json.dumps(parallel, sort_keys=True) == json.dumps(serial, sort_keys=True)
+
+
+def test_markdown_makes_hostile_names_inert():
+    report = {"logdir": "/tmp/`x`", "warnings": [], "runs": [{
+        "run": "a|b\n# heading", "verdict": "leak", "confidence": 1.0, "reason": "r",
+        "growth_bytes_per_step": 1.0, "culprits": [{
+            "kind": "object_type", "name": "x` ![img](http://e/x.png) `", "growth_per_step": 1.0,
+            "unit": "objects", "evidence": "e", "confidence": 1.0, "hint": None}], "hints": []}]}
+    markdown = cli.format_markdown(report)
+    assert "![img]" not in markdown and "\\!\\[img\\]" in markdown
+    assert "\n# heading" not in markdown
+    table_rows = [line for line in markdown.splitlines() if line.startswith("| a")]
+    assert len(table_rows) == 1 and "a\\|b" in table_rows[0]

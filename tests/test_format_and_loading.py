@@ -192,3 +192,49 @@ def test_tf_allocator_probe_covers_every_device_and_skips_silent_ones(monkeypatc
                      "leak/tf/GPU:1/bytes_in_use": 3 << 30, "leak/tf/GPU:1/peak_bytes": 5 << 30}
     probe.sample()
     assert len(skipped) == 1 and "CPU:0" in skipped[0]  # logged once, then dropped
+
+
+def test_malformed_tensor_content_is_skipped_not_fatal(tmp_path):
+    from tensorboard.compat.proto import tensor_pb2, types_pb2
+
+    run_dir = str(tmp_path / "run")
+    writer = summary.EventWriter(run_dir)
+    writer.write(0, [(RSS, 1.0)])
+    bad = summary_pb2.Summary()
+    bad.value.add(tag=RSS.tag, tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_content=b"abc"))
+    writer._writer.add_event(event_pb2.Event(step=1, summary=bad))
+    writer.write(2, [(RSS, 3.0)])
+    writer.close()
+    series = loading.load_run("run", run_dir).series[RSS.tag]
+    assert list(series.steps) == [0, 2]
+
+
+def test_symlink_loops_in_a_logdir_neither_repeat_runs_nor_hang(tmp_path):
+    _write(str(tmp_path / "run"), range(3))
+    os.symlink(str(tmp_path), str(tmp_path / "a"))
+    os.symlink(str(tmp_path), str(tmp_path / "b"))
+    assert list(loading.discover_runs(str(tmp_path))) == ["run"]
+
+
+def test_failed_write_loses_nothing_and_leaves_no_torn_record(tmp_path, monkeypatch):
+    from tb_leak_plugin import event_writer
+
+    writer = summary.EventWriter(str(tmp_path / "run"), flush_secs=1e9)
+    writer.write(0, [(RSS, 1.0)])
+    writer.flush()
+    real_write = os.write
+
+    def disk_full(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))  # half a record lands, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    writer.write(1, [(RSS, 2.0)])
+    monkeypatch.setattr(event_writer.os, "write", disk_full)
+    with pytest.raises(OSError):
+        writer.flush()
+    monkeypatch.setattr(event_writer.os, "write", real_write)
+    writer.write(2, [(RSS, 3.0)])
+    writer.close()
+    run = loading.load_run("run", str(tmp_path / "run"))
+    assert list(run.series[RSS.tag].steps) == [0, 1, 2]
+    assert run.warnings == []

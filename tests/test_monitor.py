@@ -248,3 +248,20 @@ def test_no_tensorflow_path_in_subprocess(tmp_path):
     numpy_count = run.series["leak/tensors/numpy_count"]
     assert numpy_count.values[-1] - numpy_count.values[0] >= 20
     assert "leak/tf/CPU:0/bytes_in_use" not in run.series
+
+
+def test_monitor_stops_after_repeated_write_failures(tmp_path, caplog):
+    def full_disk(step, sample, wall_time=None):
+        raise OSError(28, "No space left on device")
+
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        monitor = tbleak.Monitor(str(tmp_path / "run"), probes=("process",), **DENSE)
+        monitor._writer.write = full_disk
+        for step in range(20):
+            monitor.sample(step)  # never raises
+        monitor.close()
+    stats = monitor.stats()
+    assert stats["units"] == {}  # switched off after three failures, not retried every step
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("writing summaries failed" in m for m in messages) == 1
+    assert any("stops sampling" in m for m in messages)
