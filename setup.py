@@ -23,7 +23,7 @@ setup(
     description="Find memory leaks in training loops: summaries, analysis, a TensorBoard tab and a CLI",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     packages=find_packages(include=["tb_leak_plugin", "tb_leak_plugin.*"]) + ["tb_leak_plugin.frontend"],
     # The top-level frontend/ folder ships inside the package as
     # tb_leak_plugin/frontend, so the plugin can serve it from the wheel.
