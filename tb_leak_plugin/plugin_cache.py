@@ -1,0 +1,262 @@
+"""The Leak tab's report cache: one report per (experiment, run).
+
+Reports are cached per (experiment, run) and rebuilt when the run's data
+changes: its series' last step and wall time, and the size and mtime of its
+profiler trace files. What the provider lists is re-checked at most every
+``revalidate_secs`` (TensorBoard reloads the logdir every 5 s by default).
+
+Profiler traces are read only from runs the data provider lists whose real
+path stays inside the logdir (:meth:`ReportCache.run_directory`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+from tensorboard import errors
+
+from tb_leak_plugin import metadata
+from tb_leak_plugin.plugin_views import Points
+
+logger = logging.getLogger("tb_leak_plugin")
+
+PLUGIN_NAME = metadata.PLUGIN_NAME
+
+# read_scalars(downsample=...) asks for at most this many points: all of them.
+READ_ALL_POINTS = 2**31 - 1
+REVALIDATE_SECS = 5.0
+MAX_EXPERIMENTS = 8
+
+
+@dataclasses.dataclass
+class RunEntry:
+    """One run's data and report, valid while its fingerprint holds."""
+
+    fingerprint: tuple
+    run_data: object
+    report: dict
+    points: dict  # tag -> Points
+    series_reports: dict  # tag -> series dict of the report
+
+
+@dataclasses.dataclass
+class Listing:
+    """What the data provider lists for one experiment, at one time."""
+
+    at: float
+    known_runs: frozenset
+    series: dict  # run -> {tag: ScalarTimeSeries}
+    run_dirs: dict  # run -> safe local directory or None
+    fingerprints: dict  # run -> tuple
+
+
+class _Experiment:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.listing: Listing | None = None
+        self.entries: dict[str, RunEntry] = {}
+        self.build_locks: dict[str, threading.Lock] = {}
+
+
+class ReportCache:
+    """Per-experiment listings and per-run reports, read through the data provider.
+
+    Args:
+      provider: TensorBoard's data provider, or None.
+      logdir_root: the logdir's real path, or None when it is not local.
+      report_builder: ``RunData -> RunReport``.
+      run_data_type, series_type: ``data.RunData`` and ``data.Series``
+        (imported by the caller, so this module imports cheaply).
+      revalidate_secs: how long the provider's listing is trusted before it
+        is read again to notice new data.
+      clock: monotonic seconds.
+    """
+
+    def __init__(self, provider, logdir_root: str | None, report_builder, run_data_type, series_type,
+                 *, revalidate_secs: float = REVALIDATE_SECS, clock=time.monotonic):
+        self._provider = provider
+        self._logdir_root = logdir_root
+        self._report_builder = report_builder
+        self._RunData = run_data_type
+        self._Series = series_type
+        self._revalidate_secs = float(revalidate_secs)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._experiments: collections.OrderedDict[str, _Experiment] = collections.OrderedDict()
+        self._warned: set = set()
+
+    def _experiment(self, experiment: str) -> _Experiment:
+        with self._lock:
+            state = self._experiments.get(experiment)
+            if state is None:
+                state = self._experiments[experiment] = _Experiment()
+                while len(self._experiments) > MAX_EXPERIMENTS:
+                    self._experiments.popitem(last=False)
+            else:
+                self._experiments.move_to_end(experiment)
+            return state
+
+    def listing(self, ctx, experiment: str) -> Listing:
+        """What the provider lists for ``experiment``, re-read when older than
+        ``revalidate_secs``; drops cached entries of runs no longer listed."""
+        state = self._experiment(experiment)
+        with state.lock:
+            listing = state.listing
+            now = self._clock()
+            if listing is not None and now - listing.at < self._revalidate_secs:
+                return listing
+        if self._provider is None:
+            raise errors.NotFoundError("TensorBoard has no data provider")
+        known = frozenset(r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment))
+        series = self._provider.list_scalars(ctx, experiment_id=experiment, plugin_name=PLUGIN_NAME)
+        series = {run: dict(tags) for run, tags in series.items() if tags}
+        run_dirs, fingerprints = {}, {}
+        for run, tags in series.items():
+            run_dir = self.run_directory(run, known)
+            run_dirs[run] = run_dir
+            stamp = trace_stamp(run_dir, self._logdir_root)
+            if stamp is None:  # a trace file links outside the logdir: read no traces
+                run_dirs[run] = None
+                stamp = ()
+            fingerprints[run] = (
+                tuple(sorted((tag, meta.max_step, meta.max_wall_time) for tag, meta in tags.items())),
+                stamp,
+            )
+        listing = Listing(at=self._clock(), known_runs=known, series=series, run_dirs=run_dirs,
+                          fingerprints=fingerprints)
+        with state.lock:
+            state.listing = listing
+            for run in list(state.entries):
+                if run not in series:
+                    del state.entries[run]
+        return listing
+
+    def run_directory(self, run: str, known_runs) -> str | None:
+        """The run's local directory, or None unless it is safe to read.
+
+        Safe means: the provider lists the run, the logdir is local, the name
+        is relative without backslashes or NULs, and the real path (symlinks
+        resolved) lies inside the logdir's real path.
+        """
+        root = self._logdir_root
+        if root is None or run not in known_runs:
+            return None
+        if not run or "\x00" in run or "\\" in run or os.path.isabs(run) or run.startswith("~"):
+            return None
+        path = os.path.realpath(os.path.join(root, run))
+        return path if inside(root, path) and os.path.isdir(path) else None
+
+    def entry_for(self, ctx, experiment: str, run: str) -> RunEntry:
+        """The run's current entry; NotFoundError when it has no leak series."""
+        listing = self.listing(ctx, experiment)
+        if run not in listing.series:
+            raise errors.NotFoundError(f"no run {run!r} with tb-leak series")
+        return self.entry(ctx, experiment, run, listing)
+
+    def entry(self, ctx, experiment: str, run: str, listing: Listing) -> RunEntry:
+        """The run's entry for ``listing``'s fingerprint, built at most once at a time."""
+        state = self._experiment(experiment)
+        fingerprint = listing.fingerprints[run]
+        with state.lock:
+            entry = state.entries.get(run)
+            if entry is not None and entry.fingerprint == fingerprint:
+                return entry
+            build_lock = state.build_locks.setdefault(run, threading.Lock())
+        with build_lock:  # one build per run at a time; the others wait for it
+            with state.lock:
+                entry = state.entries.get(run)
+                if entry is not None and entry.fingerprint == fingerprint:
+                    return entry
+            entry = self._build_entry(ctx, experiment, run, listing)
+            with state.lock:
+                if run in (state.listing.series if state.listing else {}):
+                    state.entries[run] = entry
+            return entry
+
+    def _build_entry(self, ctx, experiment: str, run: str, listing: Listing) -> RunEntry:
+        from tensorboard.data import provider as provider_lib
+
+        tags = listing.series[run]
+        data = self._provider.read_scalars(
+            ctx, experiment_id=experiment, plugin_name=PLUGIN_NAME, downsample=READ_ALL_POINTS,
+            run_tag_filter=provider_lib.RunTagFilter(runs=[run]),
+        ).get(run, {})
+        run_data = self._RunData(name=run, path=listing.run_dirs.get(run))
+        points = {}
+        for tag in sorted(tags):
+            try:
+                info = metadata.parse_plugin_metadata(tags[tag].plugin_content)
+            except metadata.PluginDataError as error:
+                message = f"series {tag!r} of run {run!r} skipped: {error}"
+                run_data.warnings.append(message)
+                self._warn_once(message)
+                continue
+            datums = data.get(tag) or []
+            if not datums:
+                continue
+            n = len(datums)
+            series = self._Series.from_points(
+                tag, info,
+                np.fromiter((d.step for d in datums), dtype=np.int64, count=n),
+                np.fromiter((d.wall_time for d in datums), dtype=np.float64, count=n),
+                np.fromiter((d.value for d in datums), dtype=np.float64, count=n),
+            )
+            run_data.series[tag] = series
+            finite = np.isfinite(series.values)
+            if finite.all():
+                points[tag] = Points(series.steps, series.wall_times, series.values)
+            else:
+                points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
+        report = self._report_builder(run_data, with_traces=run_data.path is not None).to_dict()
+        return RunEntry(
+            fingerprint=listing.fingerprints[run],
+            run_data=run_data,
+            report=report,
+            points=points,
+            series_reports={s["tag"]: s for s in report["series"]},
+        )
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning("tb-leak: %s", message)
+
+
+def trace_stamp(run_dir: str | None, root: str | None):
+    """Size and mtime of the run's profiler files, or None when any part of
+    ``plugins/profile`` (the folder itself or a link in it) resolves outside ``root``."""
+    if run_dir is None:
+        return ()
+    profile = os.path.join(run_dir, "plugins", "profile")
+    if not os.path.isdir(profile):
+        return ()
+    if root is None or not inside(root, os.path.realpath(profile)):
+        return None
+    stamp = []
+    for directory, subdirs, files in os.walk(profile, followlinks=False):
+        for name in subdirs + files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path) and not inside(root, os.path.realpath(path)):
+                return None
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            stamp.append((os.path.relpath(path, profile), info.st_size, info.st_mtime_ns))
+    return tuple(sorted(stamp))
+
+
+def inside(root: str, path: str) -> bool:
+    """True when ``path`` is ``root`` or lies under it (both real paths)."""
+    try:
+        return os.path.commonpath([root, path]) == root
+    except ValueError:
+        return False
