@@ -29,7 +29,8 @@ setup(
     # tb_leak_plugin/frontend, so the plugin can serve it from the wheel.
     package_dir={"tb_leak_plugin.frontend": "frontend"},
     package_data={
-        "tb_leak_plugin": ["plugin_data.proto", "http_api.md"],
+        "tb_leak_plugin": ["plugin_data.proto"],
+        "tb_leak_plugin.plugin": ["http_api.md"],
         "tb_leak_plugin.frontend": frontend_files(),
     },
     install_requires=[
@@ -51,8 +52,8 @@ setup(
         "bench": ["xprof"],
     },
     entry_points={
-        "tensorboard_plugins": ["leak = tb_leak_plugin.plugin:LeakPluginLoader"],
-        "console_scripts": ["tb-leak = tb_leak_plugin.cli:main"],
+        "tensorboard_plugins": ["leak = tb_leak_plugin.plugin.leak_plugin:LeakPluginLoader"],
+        "console_scripts": ["tb-leak = tb_leak_plugin.reporting.cli:main"],
     },
     classifiers=["Programming Language :: Python :: 3", "Framework :: TensorFlow"],
 )

@@ -24,7 +24,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tb_leak_plugin import analyze, loading  # noqa: E402
+from tb_leak_plugin.eventfile import reader as loading  # noqa: E402
+from tb_leak_plugin.reporting import logdir as analyze  # noqa: E402
 from tb_leak_plugin.analysis.trend import assess_series  # noqa: E402
 from tb_leak_plugin.metadata import SeriesInfo  # noqa: E402
 from tb_leak_plugin.summary import EventWriter  # noqa: E402

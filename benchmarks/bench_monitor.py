@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def probe_costs() -> dict[str, float]:
-    from tb_leak_plugin import probes
+    from tb_leak_plugin.capture import probes
 
     costs = {}
     for factory in (probes.ProcessProbe, probes.PythonHeapProbe, probes.TFAllocatorProbe, probes.GCProbe):
@@ -43,7 +43,7 @@ def probe_costs() -> dict[str, float]:
 
 def census_cost_per_million(extra_objects: int = 1_000_000) -> tuple[float, int, float]:
     """Median ms of (gc walk + type census) scaled to one million tracked objects."""
-    from tb_leak_plugin import probes
+    from tb_leak_plugin.capture import probes
 
     ballast = [[] for _ in range(extra_objects)]  # gc-tracked objects
     probe = probes.ObjectCensusProbe()

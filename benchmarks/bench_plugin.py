@@ -87,7 +87,7 @@ def _client(provider, logdir=""):
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    from tb_leak_plugin.plugin import LeakPlugin
+    from tb_leak_plugin.plugin.leak_plugin import LeakPlugin
 
     plugin = LeakPlugin(base_plugin.TBContext(logdir=logdir, data_provider=provider))
     return Client(application.TensorBoardWSGI([plugin], data_provider=provider))

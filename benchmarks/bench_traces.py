@@ -8,7 +8,7 @@ from tb-leak's ProfilerWindow, and a leak (every step's logits kept).
 
 Then times, in the same run, on the same file:
 
-* ours: ``tb_leak_plugin.traces.analyze_trace_file`` (read + decode +
+* ours: ``tb_leak_plugin.reporting.traces.analyze_trace_file`` (read + decode +
   analysis), median of ``--repeat`` runs;
 * xprof's ``memory_profile`` tool: ``raw_to_tool_data.xspace_to_tool_data
   ([path], "memory_profile", {})`` (``pip install xprof``; skipped, with a
@@ -41,7 +41,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tb_leak_plugin import traces  # noqa: E402
+from tb_leak_plugin.reporting import traces  # noqa: E402
 from tb_leak_plugin.analysis.trace import format_bytes  # noqa: E402
 
 SPEED_TARGET = 5.0
@@ -52,7 +52,7 @@ TRAIN = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {root!r})
     import tensorflow as tf
-    from tb_leak_plugin.profiling import ProfilerWindow
+    from tb_leak_plugin.capture.profiling import ProfilerWindow
 
     logdir, steps = sys.argv[1], int(sys.argv[2])
     tf.random.set_seed(0)
@@ -92,7 +92,8 @@ MEASURE = textwrap.dedent(
     import json, resource, sys, tracemalloc
     sys.path.insert(0, {root!r})
     import numpy
-    from tb_leak_plugin import traces, xplane
+    from tb_leak_plugin.reporting import traces
+    from tb_leak_plugin.xplane import schema as xplane
     from tb_leak_plugin.analysis import trace
 
     def high_water_bytes():

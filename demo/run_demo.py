@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     print(f"all patterns written in {time.perf_counter() - started:.0f} s\n")
 
     sys.path.insert(0, ROOT)
-    from tb_leak_plugin import cli
+    from tb_leak_plugin.reporting import cli
 
     cli.main(["analyze", logdir])
     print("See it in TensorBoard (the Leak tab):")

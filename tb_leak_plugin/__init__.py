@@ -16,7 +16,7 @@ __all__ = ["Monitor", "summary", "keras", "__version__"]
 def __getattr__(name):
     # Lazy so that `import tb_leak_plugin` stays cheap and TensorFlow-free.
     if name == "Monitor":
-        from tb_leak_plugin.monitor import Monitor
+        from tb_leak_plugin.capture.monitor import Monitor
 
         return Monitor
     if name in ("summary", "keras"):

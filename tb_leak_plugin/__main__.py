@@ -2,6 +2,6 @@
 
 import sys
 
-from tb_leak_plugin.cli import main
+from tb_leak_plugin.reporting.cli import main
 
 sys.exit(main())

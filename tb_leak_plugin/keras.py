@@ -6,7 +6,7 @@ package stays TensorFlow-free.
 
 from __future__ import annotations
 
-from tb_leak_plugin.monitor import Monitor
+from tb_leak_plugin.capture.monitor import Monitor
 
 
 def _callback_base():

@@ -2,8 +2,8 @@
 
 Two writing paths share one format (see ``metadata.py``):
 
-* :class:`EventWriter` writes event files with TensorBoard's own
-  ``EventFileWriter``; it needs no TensorFlow (plain Python, PyTorch).
+* :class:`EventWriter` writes event files itself (``eventfile.writer``);
+  it needs no TensorFlow (plain Python, PyTorch).
 * :class:`TFSummaryWriter` writes through ``tf.summary`` to the default
   writer (or a given one), for programs that already use ``tf.summary``.
 
@@ -16,13 +16,14 @@ return whether anything was written. :func:`memory_pb` and
 from __future__ import annotations
 
 import gc
-import struct
 import sys
 import time
 
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
-from tb_leak_plugin import metadata, probes
+from tb_leak_plugin import metadata
+from tb_leak_plugin.capture import probes
+from tb_leak_plugin.eventfile.records import VALUE as _VALUE, value_prefix as _value_prefix
 from tb_leak_plugin.metadata import SeriesInfo
 
 Sample = list[tuple[SeriesInfo, float]]
@@ -46,45 +47,11 @@ def sample_to_summary_pb(sample: Sample, with_metadata=lambda info: True) -> sum
     return summary
 
 
-def _varint(number: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = number & 0x7F
-        number >>= 7
-        if number:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-# Values are float32: TensorBoard's Rust data server (--load_fast) serves
-# only DT_FLOAT scalars and silently drops DT_DOUBLE ones. float32 keeps
-# 24 bits: byte counts are exact to 16 MiB and within 512 B at 4 GiB, far
-# finer than any leak worth reporting; counts are exact to 16 million.
-VALUE_BYTES = 4
-_VALUE = struct.Struct("<f")
-
-
-def _value_prefix(tag: str) -> bytes:
-    """Wire bytes of a ``Summary.Value`` up to its 4-byte float.
-
-    Value{tag=1, tensor=8{dtype=1: DT_FLOAT, float_val=5 packed}}; writing
-    these by hand is ~10x cheaper than building protos on every sample, and
-    ``tests/test_summary.py`` checks the bytes against protobuf's encoding.
-    """
-    encoded_tag = tag.encode("utf-8")
-    tensor = b"\x08" + _varint(types_pb2.DT_FLOAT) + b"\x2a" + _varint(VALUE_BYTES)
-    body = (b"\x0a" + _varint(len(encoded_tag)) + encoded_tag
-            + b"\x42" + _varint(len(tensor) + VALUE_BYTES) + tensor)
-    return b"\x0a" + _varint(len(body) + VALUE_BYTES) + body
-
-
 class EventWriter:
     """Writes samples into event files under ``logdir`` without TensorFlow."""
 
     def __init__(self, logdir: str, flush_secs: float = 30.0):
-        from tb_leak_plugin.event_writer import RecordEventWriter
+        from tb_leak_plugin.eventfile.writer import RecordEventWriter
 
         self.logdir = logdir
         self._writer = RecordEventWriter(logdir, flush_secs=flush_secs)

@@ -161,7 +161,7 @@ def plugin_client(logdir: str, **plugin_kwargs):
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    from tb_leak_plugin.plugin import LeakPlugin
+    from tb_leak_plugin.plugin.leak_plugin import LeakPlugin
 
     provider = multiplexer_provider(logdir)
     context = base_plugin.TBContext(logdir=logdir, data_provider=provider)

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from tb_leak_plugin import cli, loading
+from tb_leak_plugin.reporting import cli
+from tb_leak_plugin.eventfile import reader as loading
 from tb_leak_plugin.analysis import census, report as report_lib
 from tb_leak_plugin.metadata import SeriesInfo
 from tb_leak_plugin.summary import EventWriter
@@ -169,7 +170,7 @@ def test_bad_runs_do_not_stop_the_report(tmp_path, capsys):
 
 def test_writing_and_analysing_never_import_tensorflow(tmp_path):
     script = (
-        "import sys; from tb_leak_plugin import summary, metadata, cli;"
+        "import sys; from tb_leak_plugin import summary, metadata; from tb_leak_plugin.reporting import cli;"
         f"w = summary.EventWriter({str(tmp_path / 'run')!r});"
         "[w.write(s, [(metadata.SeriesInfo('process','rss_bytes','bytes'), 1e8 + s)]) for s in range(50)];"
         "w.close();"
@@ -185,7 +186,7 @@ def test_module_entry_point_and_no_tensorflow_import(logdir):
     script = (
         "import sys, runpy;"
         f"sys.argv=['tb-leak','analyze',{logdir!r},'--format','json'];"
-        "import tb_leak_plugin.cli as c; code=c.main(sys.argv[1:]);"
+        "import tb_leak_plugin.reporting.cli as c; code=c.main(sys.argv[1:]);"
         "assert 'tensorflow' not in sys.modules, 'imported tensorflow';"
         "print('EXIT', code)"
     )
@@ -218,7 +219,7 @@ def test_materiality_keeps_tiny_heap_growth_from_being_a_leak(tmp_path):
 
 
 def test_parallel_workers_give_the_same_report(logdir):
-    from tb_leak_plugin import analyze
+    from tb_leak_plugin.reporting import logdir as analyze
 
     serial = analyze.analyze_logdir(logdir, jobs=1).to_dict()
     parallel = analyze.analyze_logdir(logdir, jobs=2).to_dict()

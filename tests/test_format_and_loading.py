@@ -13,7 +13,9 @@ import pytest
 from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
-from tb_leak_plugin import loading, metadata, summary
+from tb_leak_plugin import metadata, summary
+from tb_leak_plugin.eventfile import reader as loading
+from tb_leak_plugin.eventfile import records
 from tb_leak_plugin.metadata import SeriesInfo
 
 RSS = SeriesInfo("process", "rss_bytes", "bytes")
@@ -54,7 +56,7 @@ def test_hand_encoded_values_equal_protobuf_encoding():
         value = 123456789.0
         expected = summary_pb2.Summary()
         expected.value.add(tag=tag, tensor=summary._scalar_tensor(value))
-        encoded = summary._value_prefix(tag) + struct.pack("<f", value)
+        encoded = records.value_prefix(tag) + struct.pack("<f", value)
         assert summary_pb2.Summary.FromString(encoded) == expected
 
 
@@ -169,7 +171,7 @@ def test_tf_allocator_probe_covers_every_device_and_skips_silent_ones(monkeypatc
     CPU path is covered by tests/test_monitor.py."""
     import types
 
-    from tb_leak_plugin import probes
+    from tb_leak_plugin.capture import probes
 
     class Device:
         def __init__(self, name, device_type):
@@ -217,7 +219,7 @@ def test_symlink_loops_in_a_logdir_neither_repeat_runs_nor_hang(tmp_path):
 
 
 def test_failed_write_loses_nothing_and_leaves_no_torn_record(tmp_path, monkeypatch):
-    from tb_leak_plugin import event_writer
+    from tb_leak_plugin.eventfile import writer as event_writer
 
     writer = summary.EventWriter(str(tmp_path / "run"), flush_secs=1e9)
     writer.write(0, [(RSS, 1.0)])

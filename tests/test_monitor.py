@@ -18,7 +18,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import tb_leak_plugin as tbleak  # noqa: E402
-from tb_leak_plugin import loading, metadata, probes  # noqa: E402
+from tb_leak_plugin import metadata  # noqa: E402
+from tb_leak_plugin.capture import probes  # noqa: E402
+from tb_leak_plugin.eventfile import reader as loading  # noqa: E402
 
 # Every probe on every step: tests need dense series, not a 1% budget.
 DENSE = dict(overhead_budget=None)
@@ -236,7 +238,7 @@ def test_no_tensorflow_path_in_subprocess(tmp_path):
                 m.sample(step)
         summary = tbleak.summary.memory_pb()
         assert any(v.tag == "leak/process/rss_bytes" for v in summary.value)
-        from tb_leak_plugin import cli
+        from tb_leak_plugin.reporting import cli
         assert cli.main(["analyze", {str(tmp_path)!r}, "--format", "json"]) == 0
         assert not [m for m in sys.modules if m == "tensorflow" or m.startswith("tensorflow.")]
         print("NO_TF_OK")

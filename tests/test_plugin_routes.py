@@ -19,8 +19,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conftest_plugin as cp  # noqa: E402
 
-from tb_leak_plugin import plugin as plugin_lib  # noqa: E402
-from tb_leak_plugin.analysis.downsample import downsample_indices  # noqa: E402
+from tb_leak_plugin.plugin import leak_plugin as plugin_lib  # noqa: E402
+from tb_leak_plugin.plugin.downsample import downsample_indices  # noqa: E402
 
 PREFIX = "/data/plugin/leak"
 
@@ -80,7 +80,7 @@ def test_runs_lists_verdicts_leaks_first(served):
 
 def test_report_is_the_cli_report(served, logdirs):
     """The plugin and the CLI are views of one report (same points, same analysis)."""
-    from tb_leak_plugin import analyze
+    from tb_leak_plugin.reporting import logdir as analyze
 
     client, _ = served
     body = get_json(client, "/report", run=cp.LEAKY)
@@ -333,7 +333,7 @@ def test_fix_flags_keeps_every_point_and_respects_the_user(logdirs):
 def test_loader_survives_a_missing_dependency(monkeypatch):
     from tensorboard.plugins import base_plugin
 
-    monkeypatch.setitem(sys.modules, "tb_leak_plugin.analyze", None)
+    monkeypatch.setitem(sys.modules, "tb_leak_plugin.reporting.logdir", None)
     context = base_plugin.TBContext(logdir="/nonexistent", data_provider=None)
     assert plugin_lib.LeakPluginLoader().load(context) is None
 
@@ -349,7 +349,7 @@ def test_frontend_directory_is_found():
 
 
 def test_reports_are_cached_and_rebuilt_when_data_changes(logdirs, tmp_path):
-    from tb_leak_plugin import analyze
+    from tb_leak_plugin.reporting import logdir as analyze
     from tb_leak_plugin.metadata import SeriesInfo
     from tb_leak_plugin.summary import EventWriter
 
@@ -379,7 +379,7 @@ def test_reports_are_cached_and_rebuilt_when_data_changes(logdirs, tmp_path):
 
 
 def test_concurrent_requests_build_each_report_once(logdirs):
-    from tb_leak_plugin import analyze
+    from tb_leak_plugin.reporting import logdir as analyze
 
     calls = []
     lock = threading.Lock()
@@ -412,7 +412,7 @@ def test_concurrent_requests_build_each_report_once(logdirs):
 
 
 def test_a_run_whose_analysis_fails_does_not_hide_the_others(logdirs):
-    from tb_leak_plugin import analyze
+    from tb_leak_plugin.reporting import logdir as analyze
 
     def builder(run, with_traces=True):
         if run.name == cp.ODD:

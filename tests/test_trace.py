@@ -17,7 +17,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from tb_leak_plugin import traces, xplane
+from tb_leak_plugin.reporting import traces
+from tb_leak_plugin.xplane import schema as xplane
+from tb_leak_plugin.xplane.decode import decode_space
 from tb_leak_plugin.analysis import trace
 
 PS_PER_STEP = 1_000_000_000  # 1 ms per step
@@ -545,7 +547,7 @@ def reference_events(data: bytes):
 
 
 def decoded_events(data: bytes):
-    decoded = xplane.decode_space(data, select_names=lambda name: True)
+    decoded = decode_space(data, select_names=lambda name: True)
     names = {2: "double_value", 3: "uint64_value", 4: "int64_value", 5: "str_value",
              6: "bytes_value", 7: "ref_value"}
     out = []
@@ -689,7 +691,7 @@ def test_decoder_selects_by_name_and_by_sampled_stats():
     plane.markers(3, line="python")
     plane.event("python", "noise", 5)
     plane.event("python", "MemoryAllocation", 6, addr=1)
-    decoded = xplane.decode_space(space.SerializeToString(),
+    decoded = decode_space(space.SerializeToString(),
                                   select_names=lambda n: n == "MemoryAllocation",
                                   select_stats={"step_num"})
     names = sorted(set(decoded.planes[0].names().tolist()))
@@ -814,7 +816,7 @@ def test_modules_do_not_import_tensorflow():
     code = textwrap.dedent(
         """
         import sys
-        import tb_leak_plugin.traces, tb_leak_plugin.xplane, tb_leak_plugin.profiling
+        import tb_leak_plugin.reporting.traces, tb_leak_plugin.xplane.schema, tb_leak_plugin.capture.profiling
         import tb_leak_plugin.analysis.trace
         assert "tensorflow" not in sys.modules, "TensorFlow was imported"
         """
@@ -862,7 +864,7 @@ class FakeTensorFlow:
 
 
 def test_profiler_window_step_semantics(monkeypatch):
-    from tb_leak_plugin.profiling import ProfilerWindow
+    from tb_leak_plugin.capture.profiling import ProfilerWindow
 
     fake = FakeTensorFlow()
     monkeypatch.setitem(sys.modules, "tensorflow", fake)
@@ -877,7 +879,7 @@ def test_profiler_window_step_semantics(monkeypatch):
 
 
 def test_profiler_window_close_early_and_late_start(monkeypatch):
-    from tb_leak_plugin.profiling import ProfilerWindow
+    from tb_leak_plugin.capture.profiling import ProfilerWindow
 
     fake = FakeTensorFlow()
     monkeypatch.setitem(sys.modules, "tensorflow", fake)
@@ -894,7 +896,7 @@ def test_profiler_window_close_early_and_late_start(monkeypatch):
 
 
 def test_profiler_window_never_raises(monkeypatch, caplog):
-    from tb_leak_plugin.profiling import ProfilerWindow
+    from tb_leak_plugin.capture.profiling import ProfilerWindow
 
     monkeypatch.setitem(sys.modules, "tensorflow", FakeTensorFlow(fail_start=True))
     window = ProfilerWindow("/logs", 0, 3)

@@ -16,7 +16,8 @@ import textwrap
 
 import pytest
 
-from tb_leak_plugin import traces, xplane
+from tb_leak_plugin.reporting import traces
+from tb_leak_plugin.xplane import schema as xplane
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow to record traces"
@@ -30,7 +31,7 @@ RECORD = textwrap.dedent(
     import sys
     sys.path.insert(0, {root!r})
     import tensorflow as tf
-    from tb_leak_plugin.profiling import ProfilerWindow
+    from tb_leak_plugin.capture.profiling import ProfilerWindow
 
     def record(logdir, make_step, keep, steps={steps}):
         kept = []

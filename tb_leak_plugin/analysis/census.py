@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tb_leak_plugin.analysis import hints as hints_lib
+from tb_leak_plugin.analysis.results import Culprit
 
 FALSE_DISCOVERY_RATE = 0.01
 
@@ -37,8 +38,6 @@ def object_culprits(reports) -> list:
     ``reports`` are ``SeriesReport``s of live-object counts (per type, and
     the total of tracked objects). Returns culprits ranked by the caller.
     """
-    from tb_leak_plugin.analysis.report import Culprit  # avoid an import cycle
-
     judged = [r for r in reports if r.trend is not None]
     if not judged:
         return []

@@ -15,7 +15,8 @@ import numpy as np
 
 from tb_leak_plugin.analysis import census, hints as hints_lib
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series
-from tb_leak_plugin.data import RunData, Series
+from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
+from tb_leak_plugin.analysis.series import RunData, Series
 
 # How a series takes part in the verdict.
 ROLE_MEMORY = "memory"      # bytes of process, heap, allocator: the verdict itself
@@ -24,8 +25,6 @@ ROLE_OBJECTS = "objects"    # live objects by type: culprits (tested together)
 ROLE_TRACES = "traces"      # tf.function traces and instances: retracing
 ROLE_GC = "gc"              # uncollectable cycles
 ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counters
-
-VERDICT_ORDER = {"leak": 0, "inconclusive": 1, "no_leak": 2}
 
 # A memory series whose growth over the analysed window is under this
 # fraction of its level is not called a leak: a list of floats or an
@@ -56,120 +55,6 @@ def series_role(series: Series) -> str:
         if info.measure in ("uncollectable", "garbage"):
             return ROLE_GC
     return ROLE_CONTEXT
-
-
-@dataclasses.dataclass
-class SeriesReport:
-    """One series' verdict and evidence (``trend`` is None for context series)."""
-
-    tag: str
-    group: str
-    measure: str
-    subject: str
-    unit: str
-    role: str
-    samples: int
-    first_step: int | None
-    last_step: int | None
-    last_value: float | None
-    trend: TrendResult | None
-
-    @property
-    def verdict(self) -> str:
-        return self.trend.verdict if self.trend is not None else "not_assessed"
-
-    def to_dict(self) -> dict:
-        trend = self.trend.to_dict() if self.trend is not None else {}
-        out = {
-            "tag": self.tag,
-            "group": self.group,
-            "measure": self.measure,
-            "subject": self.subject,
-            "unit": self.unit,
-            "role": self.role,
-            "verdict": self.verdict,
-            "samples": self.samples,
-            "first_step": self.first_step,
-            "last_step": self.last_step,
-            "last_value": _finite_or_none(self.last_value),
-        }
-        for key, value in trend.items():
-            out.setdefault(key, value)
-        out["verdict"] = self.verdict
-        return out
-
-
-@dataclasses.dataclass
-class Culprit:
-    """Something that grows, ranked by how sure and how big.
-
-    ``kind`` is one of ``object_type``, ``tensors``, ``retracing``,
-    ``series``, ``op``, ``gc``; ``growth_per_step`` is in ``unit`` per step.
-    """
-
-    kind: str
-    name: str
-    growth_per_step: float | None
-    unit: str
-    evidence: str
-    confidence: float
-    hint: str | None = None
-    details: dict = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "growth_per_step": _finite_or_none(self.growth_per_step),
-            "unit": self.unit,
-            "evidence": self.evidence,
-            "confidence": round(float(self.confidence), 4),
-            "hint": self.hint,
-            "details": self.details,
-        }
-
-
-@dataclasses.dataclass
-class RunReport:
-    """Everything tb-leak concludes about one run."""
-
-    run: str
-    verdict: str
-    confidence: float
-    reason: str
-    growth_bytes_per_step: float | None
-    growth_bytes_per_hour: float | None
-    primary_tag: str | None
-    samples: int
-    series: list[SeriesReport]
-    culprits: list[Culprit]
-    hints: list[hints_lib.Hint]
-    warnings: list[str]
-    traces: dict | None = None
-
-    def to_dict(self) -> dict:
-        return {
-            "run": self.run,
-            "verdict": self.verdict,
-            "confidence": round(float(self.confidence), 4),
-            "reason": self.reason,
-            "growth_bytes_per_step": _finite_or_none(self.growth_bytes_per_step),
-            "growth_bytes_per_hour": _finite_or_none(self.growth_bytes_per_hour),
-            "primary_tag": self.primary_tag,
-            "samples": self.samples,
-            "series": [s.to_dict() for s in self.series],
-            "culprits": [c.to_dict() for c in self.culprits],
-            "hints": [h.to_dict() for h in self.hints],
-            "warnings": list(self.warnings),
-            "traces": self.traces,
-        }
-
-
-def _finite_or_none(value):
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def assess(series: Series, available_bytes: float | None = None) -> SeriesReport:
@@ -245,7 +130,7 @@ def _available_bytes(run: RunData) -> float | None:
 def build_run_report(run: RunData, trace_report=None) -> RunReport:
     """Build the report of one run from its series and optional trace report.
 
-    ``trace_report`` is a ``tb_leak_plugin.traces.RunTraceReport`` (or None).
+    ``trace_report`` is a ``tb_leak_plugin.reporting.traces.RunTraceReport`` (or None).
     """
     available = _available_bytes(run)
     reports = [assess(series, available) for series in run.series.values()]

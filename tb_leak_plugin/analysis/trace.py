@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from tb_leak_plugin import xplane
+from tb_leak_plugin.xplane import schema as xplane
 from tb_leak_plugin.analysis.trace_events import (
     AFTER_STEPS,
     BEFORE_STEPS,

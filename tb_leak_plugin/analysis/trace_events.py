@@ -14,7 +14,8 @@ import re
 
 import numpy as np
 
-from tb_leak_plugin import xplane
+from tb_leak_plugin.xplane import schema as xplane
+from tb_leak_plugin.xplane.decode import decode_space
 
 MEMORY_ALLOCATION = "MemoryAllocation"
 MEMORY_DEALLOCATION = "MemoryDeallocation"
@@ -135,7 +136,7 @@ def decode(space) -> xplane.DecodedSpace:
       xplane.XPlaneDecodeError: the bytes are not a readable XSpace.
     """
     data = space.SerializeToString() if hasattr(space, "SerializeToString") else space
-    return xplane.decode_space(
+    return decode_space(
         data,
         select_names=_select_event,
         select_stats=(STEP_STAT, TRACING_COUNT_STAT),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_leak_plugin import xplane
+from tb_leak_plugin.xplane import schema as xplane
 from tb_leak_plugin.units import format_bytes
 from tb_leak_plugin.analysis.trace_events import (
     CONCRETE_FUNCTION_PATTERN,

@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_trace_mib is not None and not (math.isfinite(args.max_trace_mib) and args.max_trace_mib > 0):
         print("tb-leak: error: --max-trace-mib must be positive", file=sys.stderr)
         return EXIT_USAGE
-    from tb_leak_plugin import analyze, loading
+    from tb_leak_plugin.reporting import logdir as analyze
+    from tb_leak_plugin.eventfile import reader as loading
 
     max_bytes = int(args.max_trace_mib * (1 << 20)) if args.max_trace_mib else None
     try:

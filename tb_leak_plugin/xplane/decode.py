@@ -1,7 +1,7 @@
 """`decode_space`: the columnar decoder for large XSpace traces.
 
-See `tb_leak_plugin.xplane` for how it works and what it returns; the
-wire-format readers it builds on are in `tb_leak_plugin.xplane_wire`.
+See `tb_leak_plugin.xplane.schema` for how it works and what it returns; the
+wire-format readers it builds on are in `tb_leak_plugin.xplane.wire`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Callable, Collection
 
 import numpy as np
 
-from tb_leak_plugin.xplane import (
+from tb_leak_plugin.xplane.schema import (
     KIND_BYTES, KIND_STR, DecodedSpace, PlaneEvents, XPlane, XPlaneDecodeError,
 )
-from tb_leak_plugin.xplane_wire import (
+from tb_leak_plugin.xplane.wire import (
     as_signed, concat, decode_stats, read_fields, read_varint, read_varints, scan_messages,
 )
 

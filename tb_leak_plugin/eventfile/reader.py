@@ -16,38 +16,21 @@ import collections
 import dataclasses
 import os
 import re
-import struct
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, types_pb2
 from tensorboard.compat.tensorflow_stub.io import gfile
 
-from tb_leak_plugin import fast_events, metadata
-from tb_leak_plugin.data import RunData, Series
-
-try:  # A C implementation; the pure-Python fallback only checks lengths.
-    import google_crc32c as _crc
-
-    def masked_crc(data: bytes) -> int:
-        crc = _crc.value(data)
-        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-    HAVE_FAST_CRC = True
-except ImportError:  # pragma: no cover - exercised only without the wheel
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as _masked
-
-    def masked_crc(data: bytes) -> int:
-        return _masked(data)
-
-    HAVE_FAST_CRC = False
+from tb_leak_plugin import metadata
+from tb_leak_plugin.eventfile import fast_decode as fast_events
+from tb_leak_plugin.eventfile.records import FOOTER as _FOOTER, HAVE_FAST_CRC, HEADER as _HEADER, masked_crc
+from tb_leak_plugin.analysis.series import RunData, Series
 
 EVENT_FILE_PATTERN = re.compile(r"tfevents")
 READ_CHUNK_BYTES = 8 << 20
 # A record longer than this is treated as corruption rather than allocated.
 MAX_RECORD_BYTES = 256 << 20
 
-_HEADER = struct.Struct("<QI")
-_FOOTER = struct.Struct("<I")
 
 
 class LogdirError(Exception):

@@ -18,7 +18,7 @@ import sys
 import time
 import weakref
 
-from tb_leak_plugin import probes as probes_lib
+from tb_leak_plugin.capture import probes as probes_lib
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 
 logger = logging.getLogger("tb_leak_plugin")
@@ -294,7 +294,7 @@ class Monitor:
             raise ValueError(f"profile_steps stop ({stop}) must be after start ({start})")
         if directory is None:
             raise ValueError("profile_steps needs a logdir or profile_dir to write the trace to")
-        from tb_leak_plugin.profiling import ProfilerWindow
+        from tb_leak_plugin.capture.profiling import ProfilerWindow
 
         return ProfilerWindow(directory, start, stop)
 

@@ -4,7 +4,7 @@ Two ways: one field at a time in Python (`read_fields`, for structure: the
 space, its planes and lines), and many messages at a time with numpy
 (`scan_messages`, `decode_stats`, for the millions of events and stats).
 Only unusual layouts take slower, general paths, so any valid encoding
-still decodes. `tb_leak_plugin.xplane_decode` builds the decoder from these.
+still decodes. `tb_leak_plugin.xplane.decode` builds the decoder from these.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from tb_leak_plugin.xplane import (
+from tb_leak_plugin.xplane.schema import (
     KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, XPlaneDecodeError,
 )
 

@@ -18,21 +18,16 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-import struct
 import threading
 import time
 
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.io import gfile
 
-from tb_leak_plugin.loading import masked_crc
+from tb_leak_plugin.eventfile.records import frame as _record
 
 _counter = itertools.count()
 
-
-def _record(payload: bytes) -> bytes:
-    header = struct.pack("<Q", len(payload))
-    return header + struct.pack("<I", masked_crc(header)) + payload + struct.pack("<I", masked_crc(payload))
 
 
 class RecordEventWriter:

@@ -7,21 +7,21 @@ Two things live here:
   descriptor, for writing test traces and reading plane metadata. Only the
   TensorFlow wheel ships a generated module, and the plugin must run where
   TensorFlow is absent.
-* :func:`decode_space`, a columnar decoder for large traces (in
-  :mod:`tb_leak_plugin.xplane_decode` and :mod:`tb_leak_plugin.xplane_wire`;
-  importable from here), and the columnar form it returns. Parsing a 40 MB
+* The columnar form (:class:`DecodedSpace`, :class:`PlaneEvents`) that
+  :func:`tb_leak_plugin.xplane.decode.decode_space` returns, a decoder for
+  large traces built on :mod:`tb_leak_plugin.xplane.wire`. Parsing a 40 MB
   trace into messages and walking its million events in Python takes longer
   than the whole analysis may, and holds several copies of the file.
   Instead the wire format is read in place with numpy:
 
   - a line's events are found by their byte signature and confirmed by
-    stepping from record to record by length (exact; ``xplane_decode._walk_events``);
+    stepping from record to record by length (exact; ``decode._walk_events``);
   - each event's metadata id (its first field) selects the events to keep:
     those whose name the caller asks for, or whose kind carries a given
     stat in a few sampled events (step markers, tf.function calls);
   - kept events are decoded a block at a time, all messages of a block one
     field per round; their stats, whose value ends the message, decode in
-    bulk (``xplane_wire.decode_stats``). Only unusual layouts take slower, general
+    bulk (``wire.decode_stats``). Only unusual layouts take slower, general
     paths, so any valid encoding still decodes.
 
   Memory: the file's bytes plus about 21 bytes per kept stat.
@@ -438,12 +438,3 @@ class DecodedSpace:
     base_ns: int
     hostnames: list[str]
 
-
-def __getattr__(name):
-    # The decoder builds on this module's classes, so it is imported on first use;
-    # `xplane.decode_space` and `from tb_leak_plugin.xplane import decode_space` work.
-    if name == "decode_space":
-        from tb_leak_plugin.xplane_decode import decode_space
-
-        return decode_space
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,13 +3,13 @@
 Series are read only through TensorBoard's data provider (so the tab works
 with the Python multiplexer and the Rust data server alike) and turned into
 the same ``RunData`` the CLI reads from disk; every route is a view of the
-report :func:`tb_leak_plugin.analyze.report_for_run` builds, never a second
+report :func:`tb_leak_plugin.reporting.logdir.report_for_run` builds, never a second
 analysis. Profiler traces are read from run directories under the logdir,
 and only from runs the data provider lists whose real path stays inside it.
 
 Reports are cached per (experiment, run) by
-:class:`tb_leak_plugin.plugin_cache.ReportCache`; the JSON each route returns
-is shaped by the pure functions of :mod:`tb_leak_plugin.plugin_views`.
+:class:`tb_leak_plugin.plugin.cache.ReportCache`; the JSON each route returns
+is shaped by the pure functions of :mod:`tb_leak_plugin.plugin.views`.
 
 Routes (under ``/data/plugin/leak/``; JSON shapes in ``http_api.md``):
 ``runs``, ``report``, ``timeline``, ``objects``, ``ops``, ``compare``, and
@@ -28,9 +28,9 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_leak_plugin import metadata
-from tb_leak_plugin import plugin_views as views
-from tb_leak_plugin.plugin_cache import REVALIDATE_SECS, ReportCache, RunEntry
-from tb_leak_plugin.plugin_views import SPARKLINE_POINTS
+from tb_leak_plugin.plugin import views
+from tb_leak_plugin.plugin.cache import REVALIDATE_SECS, ReportCache, RunEntry
+from tb_leak_plugin.plugin.views import SPARKLINE_POINTS
 
 __all__ = [
     "DEFAULT_SAMPLES_PER_TAG", "LIMIT_TIMELINE_POINTS", "MAX_COMPARE_RUNS", "MAX_TIMELINE_POINTS",
@@ -125,8 +125,8 @@ class LeakPlugin(base_plugin.TBPlugin):
     def __init__(self, context, *, report_builder=None, revalidate_secs: float = REVALIDATE_SECS,
                  frontend_dir: str | None = None, clock=time.monotonic):
         # Heavy imports here, not at module level: the loader must import cheaply.
-        from tb_leak_plugin.analyze import report_for_run
-        from tb_leak_plugin.data import RunData, Series
+        from tb_leak_plugin.reporting.logdir import report_for_run
+        from tb_leak_plugin.analysis.series import RunData, Series
 
         self._provider = context.data_provider
         logdir = getattr(context, "logdir", None) or ""
@@ -312,8 +312,8 @@ def frontend_directory() -> str | None:
             return candidate
     except (ImportError, TypeError, ValueError, AttributeError):
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "frontend"), os.path.join(os.path.dirname(here), "frontend")):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for candidate in (os.path.join(package, "frontend"), os.path.join(os.path.dirname(package), "frontend")):
         if os.path.isfile(os.path.join(candidate, "index.js")):
             return candidate
     return None

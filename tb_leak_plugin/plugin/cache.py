@@ -22,7 +22,7 @@ import numpy as np
 from tensorboard import errors
 
 from tb_leak_plugin import metadata
-from tb_leak_plugin.plugin_views import Points
+from tb_leak_plugin.plugin.views import Points
 
 logger = logging.getLogger("tb_leak_plugin")
 

@@ -1,7 +1,7 @@
 """The JSON the Leak tab's charts and tables read, shaped from one run's report.
 
 Pure: report dicts and point arrays in, JSON-ready dicts out; no TensorBoard,
-no I/O. :mod:`tb_leak_plugin.plugin` finds the run's cached report, checks the
+no I/O. :mod:`tb_leak_plugin.plugin.leak_plugin` finds the run's cached report, checks the
 request and raises TensorBoard's errors; the shapes are documented in
 ``http_api.md``.
 """
@@ -12,11 +12,11 @@ import dataclasses
 
 import numpy as np
 
-from tb_leak_plugin.analysis.downsample import downsample_indices
+from tb_leak_plugin.analysis.results import VERDICT_ORDER
+from tb_leak_plugin.plugin.downsample import downsample_indices
 
 SPARKLINE_POINTS = 64
 
-_VERDICT_ORDER = {"leak": 0, "inconclusive": 1, "no_leak": 2}
 _CHART_ROLES = ("memory", "tensors", "traces")
 
 
@@ -63,7 +63,7 @@ def failed_run_row(run: str, error: Exception) -> dict:
 
 def runs_listing(rows: list) -> dict:
     """The ``runs`` body: ``rows`` sorted leaks first, then by run name."""
-    rows.sort(key=lambda r: (_VERDICT_ORDER.get(r["verdict"], 3), r["run"]))
+    rows.sort(key=lambda r: (VERDICT_ORDER.get(r["verdict"], 3), r["run"]))
     return {"runs": rows}
 
 

@@ -1,7 +1,7 @@
 """Vectorised decoding of the event records tb-leak's own writer produces.
 
 The writer encodes every point after a tag's first as a fixed byte layout
-(see ``summary._value_prefix``): for a given set of tags, records differ only
+(see ``records.value_prefix``): for a given set of tags, records differ only
 in their wall time, step and 4-byte float values. So records of equal length are
 decoded together: the first one is parsed with protobuf and turned into a
 *template* (where the wall time, step and each value sit, and what every
@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 from tensorboard.compat.proto import event_pb2
 
-from tb_leak_plugin.summary import VALUE_BYTES, _value_prefix
+from tb_leak_plugin.eventfile.records import VALUE_BYTES, read_varint as _read_varint, value_prefix as _value_prefix
 
 
 @dataclasses.dataclass
@@ -40,17 +40,6 @@ def _varint_length(payload: bytes, offset: int) -> int:
         length += 1
     return length + 1
 
-
-def _read_varint(payload: bytes, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    position = offset
-    while True:
-        byte = payload[position]
-        value |= (byte & 0x7F) << shift
-        position += 1
-        if not byte & 0x80:
-            return value, position
-        shift += 7
 
 
 def make_template(payload: bytes) -> Template | None:

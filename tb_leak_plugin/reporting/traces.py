@@ -24,7 +24,7 @@ import posixpath
 
 from tensorboard.compat.tensorflow_stub.io import gfile
 
-from tb_leak_plugin import xplane
+from tb_leak_plugin.xplane import schema as xplane
 from tb_leak_plugin.analysis import trace
 from tb_leak_plugin.analysis.trace import OpRetention, format_bytes, rank_ops
 

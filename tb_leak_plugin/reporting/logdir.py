@@ -13,9 +13,10 @@ import multiprocessing
 import os
 import re
 
-from tb_leak_plugin import loading
+from tb_leak_plugin.eventfile import reader as loading
 from tb_leak_plugin.analysis.report import RunReport, build_run_report
-from tb_leak_plugin.data import RunData
+from tb_leak_plugin.analysis.results import VERDICT_ORDER
+from tb_leak_plugin.analysis.series import RunData
 
 logger = logging.getLogger("tb_leak_plugin")
 
@@ -46,7 +47,7 @@ def load_traces(run_dir: str | None, max_bytes: int | None = None):
     """The run's profiler trace report, or None when it has no profile sessions."""
     if run_dir is None:
         return None
-    from tb_leak_plugin import traces
+    from tb_leak_plugin.reporting import traces
     kwargs = {} if max_bytes is None else {"max_bytes": max_bytes}
     report = traces.analyze_run_traces(run_dir, **kwargs)
     return report if report.sessions else None
@@ -100,8 +101,7 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
             reports = list(pool.map(_analyze_run, *zip(*arguments), chunksize=max(1, len(arguments) // (4 * jobs))))
     else:
         reports = [_analyze_run(*args) for args in arguments]
-    order = {"leak": 0, "inconclusive": 1, "no_leak": 2}
-    reports.sort(key=lambda r: (order.get(r.verdict, 3), r.run))
+    reports.sort(key=lambda r: (VERDICT_ORDER.get(r.verdict, 3), r.run))
     groups = []
     verdicts = {r.run: r.verdict for r in reports}
     for parent, names in sorted(loading.group_names(list(runs)).items()):
