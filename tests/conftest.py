@@ -3,6 +3,12 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow turns oneDNN on by default only on CPUs with AVX-512 and the
+# like; elsewhere its CPU allocator keeps no statistics and the profiler
+# records no memory events. The tests fix it on, so that they check the same
+# probes on every CI machine (subprocesses inherit it); tests of the other
+# setting pass TF_ENABLE_ONEDNN_OPTS=0 to their own subprocess.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import pytest
 
