@@ -155,11 +155,31 @@ def test_saturating_cache_still_creeping_at_the_end_is_not_a_leak():
 
 
 def test_too_few_samples_is_inconclusive():
-    steps = steps_of(10)
+    steps = steps_of(4)
     result = assess_series(steps, BASE + 1e6 * steps)
     assert result.verdict == "inconclusive"
-    assert "10" in result.reason and "20" in result.reason
-    assert assess_series(steps, BASE + 1e6 * steps, min_samples=5).verdict == "leak"
+    assert "only 4" in result.reason and "run longer" in result.reason
+    # Exact growth between every sample: an explicit lower minimum decides.
+    assert assess_series(steps, BASE + 1e6 * steps, min_samples=3).verdict == "leak"
+
+
+def test_samples_needed_follow_from_the_noise():
+    # An exact count growing by the same amount between samples is called on
+    # a handful of samples; the same growth buried in noise is not.
+    steps = np.array([0, 40, 120, 200, 310, 420, 499])
+    exact = assess_series(steps, 5000.0 + 2 * steps, unit="objects")
+    assert exact.verdict == "leak", exact.reason
+    assert exact.slope_per_step == pytest.approx(2.0)
+    noisy = 5000.0 + 2 * steps + np.array([0, 900, -700, 650, -800, 700, -900])
+    result = assess_series(steps, noisy, unit="objects")
+    assert result.verdict == "inconclusive", result.reason
+    assert "run longer" in result.reason
+    # A count that grows, then stops (a cache filled) is not a leak.
+    filled = 5000.0 + 2 * np.minimum(steps, 200)
+    assert assess_series(steps, filled, unit="objects").verdict == "no_leak"
+    # One step up after a baseline, flat after: not a leak.
+    stepped = np.where(steps > 0, 6000.0, 5000.0)
+    assert assess_series(steps, stepped, unit="objects").verdict == "no_leak"
 
 
 def test_pure_high_noise_short_series_is_inconclusive():

@@ -34,11 +34,26 @@ ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counter
 MIN_RELATIVE_GROWTH = 0.01
 
 
-def series_role(series: Series) -> str:
-    """The part a series plays in the run's verdict (one of the ROLE_* names)."""
+# A memory series that grows while nothing else does (no object, tensor or
+# allocator series) is called a leak only when it grows by at least this
+# share of its level: allocator pools, caches of freed pages and buffers
+# that fill once move RSS by a little and stop.
+MIN_UNCORROBORATED_GROWTH = 0.05
+
+
+def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str:
+    """The part a series plays in the run's verdict (one of the ROLE_* names).
+
+    ``judged_measures`` are the process measures present in the run: when
+    the anonymous part of RSS is there, it is judged and RSS (which the
+    host's page cache moves) is context.
+    """
     info = series.info
     if info.group == "process":
-        return ROLE_MEMORY if info.measure in ("rss_bytes", "uss_bytes") else ROLE_CONTEXT
+        if info.measure == "rss_bytes" and "rss_anon_bytes" in judged_measures:
+            return ROLE_CONTEXT
+        return ROLE_MEMORY if info.measure in ("rss_bytes", "rss_anon_bytes", "uss_bytes", "malloc_bytes") \
+            else ROLE_CONTEXT
     if info.group == "python":
         return ROLE_MEMORY
     if info.group == "tf":
@@ -57,9 +72,10 @@ def series_role(series: Series) -> str:
     return ROLE_CONTEXT
 
 
-def assess(series: Series, available_bytes: float | None = None) -> SeriesReport:
+def assess(series: Series, available_bytes: float | None = None,
+           judged_measures: frozenset = frozenset()) -> SeriesReport:
     """Assess one series (context series are described, not judged)."""
-    role = series_role(series)
+    role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
     last_value = float(values[finite][-1]) if finite.any() else None
@@ -133,10 +149,13 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     ``trace_report`` is a ``tb_leak_plugin.reporting.traces.RunTraceReport`` (or None).
     """
     available = _available_bytes(run)
-    reports = [assess(series, available) for series in run.series.values()]
+    measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
+    reports = [assess(series, available, measures) for series in run.series.values()]
+    _one_rate(reports, run)
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:
         by_role.setdefault(report.role, []).append(report)
+    _corroborate_memory(by_role)
 
     culprits: list[Culprit] = []
     culprits += census.object_culprits(by_role.get(ROLE_OBJECTS, []))
@@ -174,6 +193,74 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         warnings=list(run.warnings),
         traces=traces_dict,
     )
+
+
+def _steps_per_second(run: RunData) -> float | None:
+    """The run's training speed: median step rate of its densest series."""
+    densest = max(run.series.values(), key=len, default=None)
+    if densest is None or densest.wall_times is None or len(densest) < 3:
+        return None
+    steps = np.asarray(densest.steps, dtype=np.float64)
+    walls = np.asarray(densest.wall_times, dtype=np.float64)
+    dt, dw = np.diff(steps), np.diff(walls)
+    good = (dw > 0) & (dt > 0) & np.isfinite(dw)
+    if not np.any(good):
+        return None
+    rate = float(np.median(dt[good] / dw[good]))
+    return rate if rate > 0 and math.isfinite(rate) else None
+
+
+def _one_rate(reports, run: RunData) -> None:
+    """One training speed for every series of a run, so that series growing
+    at one rate project one time to exhaustion, and one per-hour growth."""
+    sps = _steps_per_second(run)
+    if sps is None:
+        return
+    for report in reports:
+        trend = report.trend
+        if trend is None:
+            continue
+        slope_per_hour = trend.slope_per_step * sps * 3600.0 if math.isfinite(trend.slope_per_step) else None
+        seconds = trend.steps_to_exhaustion / sps if trend.steps_to_exhaustion is not None else None
+        report.trend = dataclasses.replace(trend, slope_per_hour=slope_per_hour, seconds_to_exhaustion=seconds)
+
+
+def _corroborate_memory(by_role) -> None:
+    """Hold memory series that leak alone to a higher bar.
+
+    RSS growing while the C allocator's bytes in use (``malloc_bytes``) stay
+    flat is the allocator keeping freed pages or fragmenting: not a leak.
+    Without that series, a memory series that grows while no object, tensor
+    or allocator series does must grow by ``MIN_UNCORROBORATED_GROWTH`` of
+    its level. Such series become ``inconclusive`` with the reason.
+    """
+    memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
+    leaking = {r.measure: r for r in memory if r.trend.verdict == "leak"}
+    if not leaking:
+        return
+    others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES) for r in by_role.get(role, [])
+              if r.trend is not None and r.trend.verdict == "leak"]
+    malloc = next((r for r in memory if r.measure == "malloc_bytes"), None)
+    allocator_grows = "bytes_in_use" in leaking or "malloc_bytes" in leaking
+    for report in memory:
+        if report.trend.verdict != "leak" or report.group != "process" or report.measure == "malloc_bytes":
+            continue
+        if malloc is not None and malloc.trend.verdict == "no_leak" and report.measure != "uss_bytes":
+            why = (f"{report.trend.reason}; but the C allocator's bytes in use stay flat "
+                   f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation, not a leak")
+            report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="allocator_cache",
+                                               confidence=0.5, reason=why)
+            continue
+        if others or allocator_grows:
+            continue
+        level = abs(report.last_value or 0.0)
+        growth = report.trend.total_growth or 0.0
+        if level > 0 and growth < MIN_UNCORROBORATED_GROWTH * level:
+            why = (f"{report.trend.reason}; that is {growth / level:.1%} of its level, and no object, "
+                   f"tensor or allocator series grows with it (a pool or buffer filling is likely; "
+                   f"tb-leak calls it a leak from {MIN_UNCORROBORATED_GROWTH:.0%})")
+            report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="uncorroborated",
+                                               confidence=0.5, reason=why)
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_GC: 4, ROLE_CONTEXT: 5}
@@ -244,6 +331,8 @@ def _memory_culprits(reports, others) -> list[Culprit]:
         elif (report.group == "process" and not explained
               and not any(g in ("tf", "python") for g, _m in leaking)):
             hint = "native_memory"
+        elif report.measure == "malloc_bytes" and not explained:
+            hint = "native_memory"
         out.append(Culprit(
             kind="series", name=report.tag, growth_per_step=report.trend.slope_per_step, unit=report.unit,
             evidence=report.trend.reason, confidence=report.trend.confidence * 0.9, hint=hint,
@@ -297,7 +386,7 @@ def _primary_memory_series(memory, verdict) -> SeriesReport | None:
     leaking = [r for r in judged if r.trend.verdict == "leak"]
     if leaking:
         return max(leaking, key=lambda r: r.trend.slope_ci[0] if r.trend.slope_ci else r.trend.slope_per_step)
-    for preferred in ("rss_bytes", "bytes_in_use", "uss_bytes", "tracemalloc_bytes"):
+    for preferred in ("rss_anon_bytes", "rss_bytes", "malloc_bytes", "bytes_in_use", "uss_bytes", "tracemalloc_bytes"):
         for report in judged:
             if report.measure == preferred:
                 return report

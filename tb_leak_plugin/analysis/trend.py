@@ -70,7 +70,7 @@ __all__ = [
     "MAX_BLOCKS", "ALPHA_LEAK", "ALPHA_AFTER_STEP", "MATERIAL_NOISE_SD", "NO_LEAK_NOISE_SD",
     "TAIL_FRACTION", "STOPPED_SLOPE_RATIO", "TAIL_MIN_RATIO", "RESET_DROP_SD",
     "ONSET_CANDIDATES", "MIN_WINDOW_SHARE", "MIN_WINDOW_POINTS", "MIN_EFFECTIVE_SAMPLES",
-    "SATURATION_PENALTY", "SATURATION_TAUS", "NOISE_SUBSAMPLE",
+    "SATURATION_PENALTY", "SATURATION_TAUS", "NOISE_SUBSAMPLE", "MIN_SAMPLES", "SMALL_SERIES",
 ]
 
 # Long series are reduced to at most this many block medians (2x before blocking).
@@ -92,6 +92,15 @@ TAIL_MIN_RATIO = 0.2
 MIN_EFFECTIVE_SAMPLES = 8
 # Raw points used to estimate the noise of long series.
 NOISE_SUBSAMPLE = 20_000
+# Fewer finite samples than this are never judged.
+MIN_SAMPLES = 5
+# Series shorter than this are judged by `_decide_small` (the warm-up, onset
+# and tail searches need more points).
+SMALL_SERIES = 12
+# A small series leaks only if its growth between samples stays at least this
+# share of its average rate in each of the last intervals (a filling cache
+# slows down; a leak keeps its pace).
+SMALL_STEADY_RATIO = 0.25
 
 # TrendResult.shape: which explanation the verdict rests on.
 _LEAK_SHAPES = {(False, "hinge"): "growth", (False, "saturating"): "growth_beyond_filling",
@@ -162,7 +171,7 @@ class TrendResult:
 
 
 def assess_series(steps, values, wall_times=None, *, unit="bytes", available_bytes=None,
-                  min_samples=20) -> TrendResult:
+                  min_samples=MIN_SAMPLES) -> TrendResult:
     """Decide whether one series grows like a leak.
 
     Args:
@@ -173,7 +182,11 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
       unit: the values' unit ("bytes", "objects", ...), used in ``reason``.
       available_bytes: for ``unit == "bytes"``, memory still free at the end of
         the series; gives the time and steps until a leak exhausts it.
-      min_samples: fewer finite samples than this give "inconclusive".
+      min_samples: fewer finite samples than this give "inconclusive". Below
+        ``SMALL_SERIES`` samples a simpler test decides (see `_decide_small`):
+        how many samples a verdict needs follows from the noise, so an exact
+        count that grows by the same amount between every sample is called
+        on a handful, and a noisy one is not.
 
     Returns:
       A `TrendResult`. Never raises on numeric input of any length.
@@ -181,7 +194,9 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     steps_f, values_f, walls_f, dropped = _prepare(steps, values, wall_times)
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
-        return _too_few(n, dropped, unit, min_samples)
+        return _too_few(n, dropped, unit, min_samples, walls_f)
+    if n < SMALL_SERIES:
+        return _decide_small(steps_f, values_f, walls_f, dropped, unit, available_bytes)
     scale = float(np.max(np.abs(values_f)))
     if not scale < 1e150:
         # Squares of such values overflow; no memory series gets near this.
@@ -485,7 +500,7 @@ def _samples_note(n, dropped):
     return f" ({dropped} non-finite sample{'s' if dropped != 1 else ''} dropped)"
 
 
-def _too_few(n, dropped, unit, min_samples):
+def _too_few(n, dropped, unit, min_samples, walls=None):
     need = max(int(min_samples), 3)
     return TrendResult(
         verdict="inconclusive", confidence=1.0, slope_per_step=math.nan,
@@ -493,8 +508,124 @@ def _too_few(n, dropped, unit, min_samples):
         warmup_end_step=None, samples=n, noise=math.nan, total_growth=math.nan,
         seconds_to_exhaustion=None, steps_to_exhaustion=None, fit={},
         reason=f"only {n} finite sample{'s' if n != 1 else ''}, need at least {need}"
-               + _samples_note(n, dropped),
+               + _samples_note(n, dropped) + _advice(n, walls),
         unit=unit, dropped_samples=dropped, shape="too_few")
+
+
+def _advice(n, walls) -> str:
+    """What to do about too little data, in the user's terms."""
+    if n >= SMALL_SERIES * 2:
+        return ""
+    span = ""
+    if walls is not None and walls.size >= 2 and np.all(np.isfinite(walls[[0, -1]])):
+        seconds = float(walls[-1] - walls[0])
+        if seconds > 0:
+            span = f" over {_duration(seconds)}"
+    return (f" ({n} samples{span}: run longer, or sample more densely with "
+            f"Monitor(overhead_budget=0.05))")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
+
+
+def _decide_small(t, y, walls, dropped, unit, available_bytes) -> TrendResult:
+    """A verdict from a few samples: least squares after the first sample, plus
+    the growth between each of the last samples.
+
+    The first sample is usually a baseline taken before the loop warmed up,
+    so the line is fitted to the others. A leak needs growth significant at
+    ``ALPHA_LEAK`` with the interval from the residuals (an exact count that
+    grows by the same amount every step has none), material against the
+    noise, and steady: the last three intervals between samples each grow at
+    least ``SMALL_STEADY_RATIO`` of the fitted rate (a cache that fills slows
+    down, a one-off step grows in one interval only). ``no_leak`` needs the
+    last two intervals flat within the noise, or an upper bound on growth
+    under the noise. Anything else is inconclusive, with advice.
+    """
+    n = int(y.size)
+    tf, yf = (t[1:], y[1:]) if n >= 5 else (t, y)
+    m = int(yf.size)
+    span = float(tf[-1] - tf[0])
+    common = {"samples": n, "unit": unit, "dropped_samples": dropped}
+    sps = _steps_per_second(t, walls, float(tf[0]))
+    x = tf - tf[0]
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    if span <= 0 or sxx <= 0:
+        return _too_few(n, dropped, unit, n + 1, walls)
+    slope = float(np.sum((x - x.mean()) * (yf - yf.mean()))) / sxx
+    level = float(yf.mean() - slope * x.mean())
+    resid = yf - (level + slope * x)
+    df = max(m - 2, 1)
+    sigma = math.sqrt(float(resid @ resid) / df)
+    scale = max(abs(float(np.median(yf))), 1.0)
+    exact = sigma <= 1e-9 * scale
+    se = sigma / math.sqrt(sxx)
+    p_value = (0.0 if slope > 0 else 1.0) if exact else t_sf(slope / se, df)
+    t975 = t_ppf(0.975, df)
+    lo, hi = (slope, slope) if exact else (slope - t975 * se, slope + t975 * se)
+    growth = slope * span
+    # Noise: the scatter around the line, or for exact data the counting unit.
+    noise = sigma if not exact else 0.0
+    material = max(MATERIAL_NOISE_SD * noise, 1.0 if unit != "bytes" else 1e-9 * scale)
+    rates = np.diff(yf) / np.diff(tf)
+    last = rates[-3:] if rates.size >= 3 else rates
+    steady = slope > 0 and bool(np.all(last >= SMALL_STEADY_RATIO * slope))
+    fit = _fit_dict(tf[0], tf[-1], level, slope, lo, hi)
+    base = dict(slope_per_step=slope, slope_ci=(lo, hi),
+                slope_per_hour=slope * sps * 3600.0 if sps else None,
+                warmup_end_step=int(tf[0]) if m < n else None, noise=noise, fit=fit, **common)
+    spread = f"{n} samples from step {int(t[0])} to {int(t[-1])}"
+    if p_value < ALPHA_LEAK and growth >= material and steady and m >= 4:
+        sec_ex = steps_ex = None
+        if unit == "bytes" and available_bytes is not None:
+            avail = _as_float(available_bytes)
+            if math.isfinite(avail) and avail >= 0:
+                steps_ex = avail / slope
+                sec_ex = steps_ex / sps if sps else None
+        how = "by the same amount between every sample" if exact else "between every one of the last samples"
+        reason = (f"grows {_fmt(slope, unit)}/step (95% CI {_fmt_range(lo, hi, unit)}), {how}: "
+                  f"{spread}{_samples_note(n, dropped)}")
+        conf = 1.0 - p_value if exact else min(1.0 - p_value, t_cdf((growth - material) / max(se * span, 1e-300), df))
+        return TrendResult(verdict="leak", confidence=_clip01(conf), p_value=p_value,
+                           onset_step=int(tf[0]), total_growth=growth, seconds_to_exhaustion=sec_ex,
+                           steps_to_exhaustion=steps_ex, reason=reason, shape="growth", **base)
+    tail_change = float(yf[-1] - yf[-3]) if m >= 3 else math.inf
+    # Flat at the end is evidence only for exact data; noisy data must bound its growth.
+    flat_end = exact and abs(tail_change) <= (0.0 if unit != "bytes" else 1e-9 * scale)
+    if not exact and m >= 3:
+        late = yf[-3:] - (level + slope * x[-3:])
+        flat_end = tail_change <= 0 and float(np.max(np.abs(late))) <= noise and growth < material
+        # The same count at each of the last three samples: stopped, whatever came before.
+        flat_end = flat_end or (unit != "bytes" and bool(np.all(yf[-3:] == yf[-1])))
+    upper = hi * span if math.isfinite(hi) else math.inf
+    bounded = upper < NO_LEAK_NOISE_SD * noise if noise > 0 else hi <= 0
+    if m >= 4 and (flat_end or bounded):
+        if flat_end:
+            reason = (f"no growth over the last 2 of {n} samples (steps {int(tf[-3])} to {int(tf[-1])}); "
+                      f"{_fmt(max(float(yf[-1] - yf[0]), 0.0), unit)} before that")
+            shape = "plateau" if yf[-1] - yf[0] > material else "flat"
+        else:
+            reason = f"no material growth: at most {_fmt(max(upper, 0.0), unit)} over {spread}"
+            shape = "flat"
+        return TrendResult(verdict="no_leak", confidence=0.9 if flat_end else 0.8, p_value=max(p_value, 0.5),
+                           onset_step=None, total_growth=growth, seconds_to_exhaustion=None,
+                           steps_to_exhaustion=None, reason=reason + _samples_note(n, dropped), shape=shape, **base)
+    if slope > 0 and p_value < ALPHA_LEAK and not steady:
+        why = "grows, but not steadily between the last samples"
+    elif slope > 0 and p_value < ALPHA_LEAK:
+        why = "grows, but by less than the noise"
+    else:
+        why = "too few samples to tell growth from noise"
+    reason = (f"{why}: {_fmt(slope, unit)}/step (95% CI {_fmt_range(lo, hi, unit)}) from "
+              f"{spread}{_samples_note(n, dropped)}{_advice(n, walls)}")
+    return TrendResult(verdict="inconclusive", confidence=0.5, p_value=p_value, onset_step=None,
+                       total_growth=growth, seconds_to_exhaustion=None, steps_to_exhaustion=None,
+                       reason=reason, shape="too_few", **base)
 
 
 def _fmt_range(lo, hi, unit):

@@ -1,10 +1,20 @@
 """The Monitor: when to sample, within an overhead budget, never hurting the loop.
 
 ``Monitor.sample(step)`` is called once per training step. It measures the
-training time between calls and its own time, and runs each probe group only
-when the group's share of the overhead budget (default 1% of step time) has
-paid for the group's last measured cost. Cheap counters therefore run often
-and the object census, whose cost grows with the heap, is spaced out.
+training time between calls and its own time, and runs each probe group
+(cheap counters; one walk of the heap for the object census, live tensors
+and tf.function traces) when the group's share of the budget pays for its
+last measured cost.
+
+The budget is 1% of the training time so far plus an allowance of 2 s per
+run that is released over the first seconds of training (half of it after
+1 s, two thirds after 2 s, ...): a 2-second repro gets a handful of heap
+walks spread over its length, a 3-day job stays at 1%. So that samples stay
+spread out whatever the run's length, a group also waits at least 1/K of the
+training time so far since its last run (K = 1024 for the counters, 64 for
+the heap walk): the interval grows with the run, and the number of samples
+only with its logarithm. The first sample and ``close()`` always run every
+group: a baseline and a final point.
 
 A probe that raises is logged once and dropped; ``sample`` never raises into
 the training loop. The monitor keeps no references to user objects.
@@ -14,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import sys
 import time
 import weakref
@@ -30,36 +41,71 @@ _CENSUS_SECONDS_PER_BLOCK = 60e-9
 # Consecutive failed writes after which the monitor stops sampling.
 _MAX_WRITE_FAILURES = 3
 
-DEFAULT_PROBES = ("process", "python", "tf", "gc", "objects", "tensors", "tf_function")
+DEFAULT_PROBES = ("process", "python", "malloc", "tf", "gc", "objects", "tensors", "tf_function")
+
+# The fixed allowance (seconds of monitor time per run) is released over
+# training time t as allowance * t / (t + ALLOWANCE_HALF_S).
+DEFAULT_ALLOWANCE_S = 2.0
+ALLOWANCE_HALF_S = 1.0
+
+# Shares of the budget and spacing (a run waits 1/K of the training time so
+# far since its last run). The heap walk is the most informative and the most
+# expensive group.
+_GROUPS = {
+    "cheap": {"share": 0.1, "spacing_k": 1024},
+    "heap": {"share": 0.85, "spacing_k": 64},
+    "uss": {"share": 0.05, "spacing_k": 256},
+}
 
 
 class _Unit:
     """A group of probes run together, with its share of the overhead budget.
 
-    The unit is due once the training time since its last run, times its
-    share of the budget, pays for its measured cost: ``due_train_s`` is the
-    training time (seconds) at which that happens.
+    ``spent_s`` is the monitor time the unit has used so far; the unit is
+    due at the training time ``due_train_s`` at which its share of the
+    budget pays for one more run at its last measured cost, and which is at
+    least ``1/spacing_k`` of the training time past its last run.
     """
 
-    __slots__ = ("name", "probes", "share", "min_steps", "cost_s", "due_train_s", "last_step", "runs",
-                 "needs_objects")
+    __slots__ = ("name", "probes", "share", "spacing_k", "min_steps", "cost_s", "spent_s", "due_train_s",
+                 "last_step", "last_train_s", "runs", "needs_objects")
 
-    def __init__(self, name, probes, share, min_steps):
+    def __init__(self, name, probes, share, spacing_k, min_steps):
         self.name = name
         self.probes = probes
         self.share = share
+        self.spacing_k = spacing_k
         self.min_steps = max(1, int(min_steps))
         self.cost_s = 0.0
+        self.spent_s = 0.0
         self.due_train_s = 0.0
         self.last_step = None
+        self.last_train_s = 0.0
         self.runs = 0
         self.needs_objects = any(p.needs_objects for p in probes)
 
-    def schedule(self, now_train_s: float, budget: float | None) -> None:
+    def schedule(self, budget: float | None, allowance_s: float) -> None:
         if budget is None:
-            self.due_train_s = now_train_s
-        else:
-            self.due_train_s = now_train_s + self.cost_s / (self.share * budget)
+            self.due_train_s = self.last_train_s
+            return
+        # One more run now, and room kept for the final run at close().
+        paid = _train_time_paying(self.share, budget, allowance_s, self.spent_s + 2.0 * self.cost_s)
+        spaced = self.last_train_s * self.spacing_k / (self.spacing_k - 1)
+        self.due_train_s = max(paid, spaced)
+
+
+def _train_time_paying(share, budget, allowance_s, need_s) -> float:
+    """Training time T at which share * (budget*T + allowance*T/(T+H)) reaches need_s."""
+    need = need_s / share
+    if need <= 0:
+        return 0.0
+    h = ALLOWANCE_HALF_S
+    # budget*T^2 + (budget*H + allowance - need)*T - need*H = 0, positive root.
+    b = budget * h + allowance_s - need
+    disc = b * b + 4.0 * budget * need * h
+    if b > 0:  # the same root, without cancellation when need is small
+        return 2.0 * need * h / (b + math.sqrt(disc))
+    return (-b + math.sqrt(disc)) / (2.0 * budget)
 
 
 class Monitor:
@@ -74,16 +120,21 @@ class Monitor:
       probes: probe names or ``probes.Probe`` instances; default all of
         ``DEFAULT_PROBES`` (``"uss"`` is available on request: it reads
         /proc smaps and costs milliseconds).
-      overhead_budget: fraction of step time the monitor may use (0.01 = 1%);
-        ``None`` runs every probe on its step schedule alone (for tests and
-        short demos, where dense series matter more than overhead).
+      overhead_budget: fraction of training time the monitor may use (0.01 =
+        1%), on top of ``overhead_allowance_s``; ``None`` runs every probe on
+        its step schedule alone (dense series; a heap walk every step costs
+        ~100-300 ms on a TensorFlow heap).
+      overhead_allowance_s: seconds of monitor time per run on top of the
+        budget, released over the first seconds of training, so that short
+        runs get enough samples to judge.
       top_k: object types picked per census (commonest first, then fastest
         growing); ``max_object_types`` bounds the number of type series.
       profile_steps: ``(start, stop)`` steps between which a TensorFlow
         profiler trace is recorded into ``<logdir>/plugins/profile``.
       profile_dir: where to record the trace when ``logdir`` is None.
       writer: a ``tf.summary`` writer to use when ``logdir`` is None.
-      flush_secs: how often the event file is flushed.
+      flush_secs: how often the event file is flushed (TensorBoard and the
+        CLI see new points after a flush).
       census_collects_garbage: run ``gc.collect()`` before each census, so
         that unreachable cycles waiting for the collector are not counted as
         live objects (its cost is part of the census cost and budget).
@@ -97,20 +148,24 @@ class Monitor:
         census_every_n_steps: int = 1,
         probes=DEFAULT_PROBES,
         overhead_budget: float | None = 0.01,
+        overhead_allowance_s: float = DEFAULT_ALLOWANCE_S,
         top_k: int = 20,
         max_object_types: int = 64,
         profile_steps: tuple[int, int] | None = None,
         profile_dir: str | None = None,
         writer=None,
-        flush_secs: float = 30.0,
+        flush_secs: float = 5.0,
         census_collects_garbage: bool = True,
     ):
         if overhead_budget is not None and not 0 < overhead_budget <= 1:
             raise ValueError(f"overhead_budget must be in (0, 1] or None, got {overhead_budget!r}")
+        if not (isinstance(overhead_allowance_s, (int, float)) and 0 <= overhead_allowance_s < math.inf):
+            raise ValueError(f"overhead_allowance_s must be seconds >= 0, got {overhead_allowance_s!r}")
         if every_n_steps < 1 or census_every_n_steps < 1:
             raise ValueError("every_n_steps and census_every_n_steps must be >= 1")
         self.logdir = logdir
         self.overhead_budget = None if overhead_budget is None else float(overhead_budget)
+        self.overhead_allowance_s = float(overhead_allowance_s)
         self.census_collects_garbage = bool(census_collects_garbage)
         self._logged: set[str] = set()
         if logdir is not None:
@@ -122,28 +177,24 @@ class Monitor:
         made = probes_lib.make_probes(
             list(probes), on_skip=self._log_once, top_k=top_k, max_types=max_object_types
         )
-        cheap = [p for p in made if not p.needs_objects and p.name != "uss"]
-        census = [p for p in made if p.needs_objects and p.name != "tensors"]
-        self._units = []
-        # Shares of the budget: the census is the most informative and the
-        # most expensive, so it gets the largest share.
-        if cheap:
-            self._units.append(_Unit("cheap", cheap, 0.25, every_n_steps))
-        if census:
-            self._units.append(_Unit("census", census, 0.45, census_every_n_steps))
-        for probe in made:
-            if probe.name == "tensors":
-                self._units.append(_Unit("tensors", [probe], 0.2, census_every_n_steps))
-            elif probe.name == "uss":
-                self._units.append(_Unit("uss", [probe], 0.1, census_every_n_steps))
-        # Before a unit has run, its cost is estimated from the heap size, so
-        # even the first (baseline) census waits until the budget pays for it.
+        groups = {
+            "cheap": ([p for p in made if not p.needs_objects and p.name != "uss"], every_n_steps),
+            "heap": ([p for p in made if p.needs_objects], census_every_n_steps),
+            "uss": ([p for p in made if p.name == "uss"], census_every_n_steps),
+        }
+        present = {name: members for name, members in groups.items() if members[0]}
+        total_share = sum(_GROUPS[name]["share"] for name in present) or 1.0
+        self._units = [
+            _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spacing_k"], min_steps)
+            for name, (members, min_steps) in present.items()
+        ]
+        # Before the heap walk has run, its cost is estimated from the heap size.
         blocks = sys.getallocatedblocks()
         for unit in self._units:
-            if unit.name in ("census", "tensors"):
-                unit.cost_s = blocks * _CENSUS_SECONDS_PER_BLOCK * (2.0 if unit.name == "tensors" else 1.0)
-            unit.schedule(0.0, self.overhead_budget)
-        self._next_due_train_s = min((u.due_train_s for u in self._units), default=float("inf"))
+            if unit.name == "heap":
+                unit.cost_s = blocks * _CENSUS_SECONDS_PER_BLOCK * 2.0
+        # The first sample runs every unit (a baseline); schedules start after it.
+        self._next_due_train_s = 0.0
 
         self._profiler = None
         if profile_steps is not None:
@@ -183,9 +234,16 @@ class Monitor:
             self._last_return = done
 
     def close(self) -> None:
-        """Stop any profiler window, flush and close the writer. Idempotent."""
+        """Take a last sample of every probe group (at the last step sampled,
+        so the series end where training did), stop any profiler window,
+        flush and close the writer. Idempotent; never raises."""
         if self._closed:
             return
+        if self.overhead_budget is not None:
+            try:
+                self._final_sample()
+            except Exception as error:
+                self._log_once(f"final sample failed: {type(error).__name__}: {error}")
         self._closed = True
         if self._profiler is not None:
             try:
@@ -212,27 +270,51 @@ class Monitor:
         return self._monitor_s / self._train_s if self._train_s > 0 else 0.0
 
     def stats(self) -> dict:
-        """Per probe group: runs and last cost in seconds; overall overhead."""
+        """Per probe group: runs, last cost and total seconds; overall overhead
+        and the budget so far (``budget_seconds``: 1% of training plus the
+        allowance released so far)."""
+        budget_s = None
+        if self.overhead_budget is not None:
+            t = self._train_s
+            budget_s = self.overhead_budget * t + self.overhead_allowance_s * t / (t + ALLOWANCE_HALF_S)
         return {
             "overhead": self.overhead,
             "monitor_seconds": self._monitor_s,
             "train_seconds": self._train_s,
-            "units": {u.name: {"runs": u.runs, "cost_seconds": u.cost_s, "probes": [p.name for p in u.probes]}
+            "budget_seconds": budget_s,
+            "units": {u.name: {"runs": u.runs, "cost_seconds": u.cost_s, "spent_seconds": u.spent_s,
+                               "probes": [p.name for p in u.probes]}
                       for u in self._units},
         }
 
     # -- scheduling -------------------------------------------------------
 
+    def _final_sample(self) -> None:
+        if self._step < 0:
+            return
+        step = self._step
+        started = time.perf_counter()
+        self._train_s += started - self._last_return
+        final = [u for u in self._units if u.last_step != step]
+        if final:
+            self._run_units(step, final)
+        self._monitor_s += time.perf_counter() - started
+
     def _run_due_units(self, step: int) -> None:
         now = self._train_s
         due = [
             unit for unit in self._units
-            if now >= unit.due_train_s
-            and (unit.last_step is None or abs(step - unit.last_step) >= unit.min_steps)
+            if unit.runs == 0 or (
+                now >= unit.due_train_s
+                and (unit.last_step is None or abs(step - unit.last_step) >= unit.min_steps))
         ]
-        if not due:
-            return
-        objects = None
+        if due:
+            self._run_units(step, due)
+        self._next_due_train_s = min((u.due_train_s for u in self._units), default=float("inf"))
+
+    def _run_units(self, step: int, due: list) -> None:
+        now = self._train_s
+        census = None
         sample = []
         costs = {}
         try:
@@ -240,26 +322,25 @@ class Monitor:
                 started = time.perf_counter()
                 if self.census_collects_garbage:
                     gc.collect()
-                objects = probes_lib.collect_objects()
+                census = probes_lib.collect_objects()
+                for unit in due:
+                    for probe in unit.probes:
+                        if probe.needs_objects:
+                            self._guarded(unit, probe, probe.announce, census)
                 walk_cost = time.perf_counter() - started
             for unit in due:
                 started = time.perf_counter()
                 for probe in list(unit.probes):
-                    try:
-                        sample.extend(probe.sample(objects) if probe.needs_objects else probe.sample())
-                    except Exception as error:
-                        unit.probes.remove(probe)
-                        self._log_once(
-                            f"probe {probe.name!r} failed ({type(error).__name__}: {error}); "
-                            "it is switched off for the rest of this run"
-                        )
+                    values = self._guarded(unit, probe, probe.sample, census if probe.needs_objects else None)
+                    if values:
+                        sample.extend(values)
                 costs[unit.name] = time.perf_counter() - started
                 if unit.needs_objects:
                     costs[unit.name] += walk_cost / sum(u.needs_objects for u in due)
         finally:
             # Release the object list before writing: the census keeps nothing.
-            if objects is not None:
-                objects.release()
+            if census is not None:
+                census.release()
         started = time.perf_counter()
         try:
             if sample:
@@ -279,11 +360,25 @@ class Monitor:
             # Writing is paid for by the groups that produced the values.
             cost = costs.get(unit.name, 0.0) + write_cost
             unit.cost_s = cost if unit.runs == 0 else 0.5 * unit.cost_s + 0.5 * cost
+            unit.spent_s += cost
             unit.last_step = step
+            unit.last_train_s = now
             unit.runs += 1
-            unit.schedule(now, self.overhead_budget)
+            unit.schedule(self.overhead_budget, self.overhead_allowance_s)
         self._units = [u for u in self._units if u.probes]
-        self._next_due_train_s = min((u.due_train_s for u in self._units), default=float("inf"))
+
+    def _guarded(self, unit, probe, call, argument):
+        """``call(argument)``; a probe that raises is switched off and logged once."""
+        try:
+            return call(argument) if argument is not None else call()
+        except Exception as error:
+            if probe in unit.probes:
+                unit.probes.remove(probe)
+            self._log_once(
+                f"probe {probe.name!r} failed ({type(error).__name__}: {error}); "
+                "it is switched off for the rest of this run"
+            )
+            return None
 
     def _make_profiler(self, profile_steps, directory):
         try:

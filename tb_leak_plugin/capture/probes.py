@@ -15,6 +15,7 @@ type *names*, never by types or instances.
 from __future__ import annotations
 
 import collections
+import ctypes
 import gc
 import itertools
 import operator
@@ -45,12 +46,23 @@ class Probe:
     #: Census probes need the list of gc-tracked objects passed to sample().
     needs_objects = False
 
+    def announce(self, census: "Census") -> None:
+        """Before a shared census is sampled: say which types' instances this
+        probe will ask for (``census.want``), so one pass serves every probe."""
+
     def sample(self, objects=None) -> Sample:  # pragma: no cover - interface
         raise NotImplementedError
 
 
 class ProcessProbe(Probe):
-    """Resident set size of this process and memory still available to the system."""
+    """Resident set size of this process, its anonymous part, and memory still
+    available to the system.
+
+    RSS includes file-backed pages (TensorFlow's shared libraries alone are
+    ~300 MiB) that the host may evict or page back in at any time; a leak
+    grows the anonymous part, ``rss - shared`` from the same reading (Linux),
+    which is what the verdict judges.
+    """
 
     name = "process"
 
@@ -58,12 +70,60 @@ class ProcessProbe(Probe):
         self._process = psutil.Process()
 
     def sample(self, objects=None) -> Sample:
-        rss = self._process.memory_info().rss
+        info = self._process.memory_info()
         available = psutil.virtual_memory().available
-        return [
-            (SeriesInfo("process", "rss_bytes", "bytes"), float(rss)),
+        sample = [
+            (SeriesInfo("process", "rss_bytes", "bytes"), float(info.rss)),
             (SeriesInfo("process", "available_bytes", "bytes"), float(available)),
         ]
+        shared = getattr(info, "shared", None)
+        if shared is not None:
+            sample.append((SeriesInfo("process", "rss_anon_bytes", "bytes"), float(max(info.rss - shared, 0))))
+        return sample
+
+
+class _MallInfo2(ctypes.Structure):
+    # glibc's struct mallinfo2 (2.33+): ten size_t fields.
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _load_mallinfo2():
+    """glibc's ``mallinfo2`` through ctypes, or None where it does not exist
+    (macOS, musl, glibc before 2.33). ``mallinfo`` (no 2) is never used: its
+    int fields wrap at 2 GiB."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        function = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = _MallInfo2
+    function.argtypes = []
+    return function
+
+
+class MallocProbe(Probe):
+    """Bytes the C allocator has handed out and not got back (glibc
+    ``mallinfo2``: ``uordblks + hblkhd``, every arena, threads' included).
+
+    Exact where RSS is step-shaped: freed pages the allocator keeps, page
+    granularity and file-backed pages do not move it. About a microsecond a
+    call. Where ``mallinfo2`` does not exist the probe reports nothing (the
+    monitor logs that once).
+    """
+
+    name = "malloc"
+
+    def __init__(self):
+        self._mallinfo2 = _load_mallinfo2()
+        if self._mallinfo2 is None:
+            raise ProbeUnavailable("the C allocator has no mallinfo2 here (glibc 2.33+ on Linux)")
+
+    def sample(self, objects=None) -> Sample:
+        info = self._mallinfo2()
+        return [(SeriesInfo("process", "malloc_bytes", "bytes"), float(info.uordblks + info.hblkhd))]
 
 
 class ProcessUSSProbe(Probe):
@@ -159,29 +219,87 @@ class Census:
 
     Holds the objects only for the duration of one sample; ``release()``
     drops them. Filtering runs in C (``map``/``compress``), which keeps the
-    walk near 100 ms per million tracked objects.
+    walk near 100 ms per million tracked objects. Probes announce the types
+    whose instances they need (:meth:`want`) before any of them asks
+    (:meth:`instances_of`), so that one pass over the objects serves all.
     """
 
     def __init__(self, objects: list):
         self.objects = objects
         self._by_type: collections.Counter | None = None
+        self._wanted: set = set()
+        self._selected: dict | None = None
 
     def by_type(self) -> collections.Counter:
         """Live count per type object (computed once per census)."""
         if self._by_type is None:
-            self._by_type = collections.Counter(map(type, self.objects))
+            try:
+                self._by_type = collections.Counter(map(type, self.objects))
+            except TypeError:
+                # A metaclass that defines __eq__ without __hash__ makes its
+                # classes unhashable: count by the type's id, then leave out
+                # the types that cannot be keys (they cannot be named stably).
+                self._by_type = _count_by_type_id(self.objects)
         return self._by_type
 
+    def want(self, *kinds: type) -> None:
+        """Announce types whose instances a probe will ask for in this census."""
+        if self._selected is None:
+            self._wanted.update(kind for kind in kinds if self.by_type().get(kind))
+
     def instances_of(self, *kinds: type) -> list:
-        """Objects whose exact type is one of ``kinds`` (no subclasses), in one pass."""
-        wanted = frozenset(kind for kind in kinds if self.by_type().get(kind))
-        if not wanted:
+        """Objects whose exact type is one of ``kinds`` (no subclasses).
+
+        The first call selects every announced type in one pass; later calls
+        for announced types cost nothing; others take a pass of their own.
+        """
+        counts = self.by_type()
+        present = [kind for kind in kinds if counts.get(kind)]
+        if not present:
             return []
-        return list(itertools.compress(self.objects, map(wanted.__contains__, map(type, self.objects))))
+        if self._selected is None:
+            self._selected = self._select(self._wanted | set(present))
+        missing = [kind for kind in present if kind not in self._selected]
+        if missing:
+            self._selected.update(self._select(set(missing)))
+        out = []
+        for kind in present:
+            out.extend(self._selected.get(kind, ()))
+        return out
+
+    def _select(self, kinds: set) -> dict:
+        wanted = frozenset(kinds)
+        chosen = list(itertools.compress(self.objects, map(wanted.__contains__, map(type, self.objects))))
+        buckets: dict = {kind: [] for kind in kinds}
+        for obj in chosen:
+            buckets[type(obj)].append(obj)
+        return buckets
 
     def release(self) -> None:
         self.objects = []
         self._by_type = None
+        self._selected = None
+        self._wanted = set()
+
+
+def _count_by_type_id(objects) -> collections.Counter:
+    by_id = collections.Counter(map(id, map(type, objects)))
+    kinds = {}
+    for obj in objects:
+        kind = type(obj)
+        if id(kind) not in kinds:
+            kinds[id(kind)] = kind
+            if len(kinds) == len(by_id):
+                break
+    counts = collections.Counter()
+    for key, count in by_id.items():
+        kind = kinds[key]
+        try:
+            hash(kind)
+        except TypeError:
+            continue
+        counts[kind] += count
+    return counts
 
 
 def collect_objects() -> Census:
@@ -198,10 +316,20 @@ def _as_census(objects) -> Census:
 
 
 def type_name(kind: type) -> str:
-    """Qualified name of a type, e.g. ``builtins.dict``."""
-    module = getattr(kind, "__module__", None) or "?"
-    qualname = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "?")
-    return f"{module}.{qualname}"
+    """Qualified name of a type, e.g. ``builtins.dict``; ``?`` for parts a
+    hostile class does not give as plain strings."""
+    try:
+        module = kind.__module__
+        module = module if isinstance(module, str) and module else "?"
+    except Exception:
+        module = "?"
+    try:
+        qualname = kind.__qualname__
+        if not isinstance(qualname, str):
+            qualname = type.__getattribute__(kind, "__name__")
+    except Exception:
+        qualname = "?"
+    return f"{module}.{qualname if isinstance(qualname, str) else '?'}"
 
 
 def count_types(objects) -> dict[str, int]:
@@ -273,6 +401,16 @@ class LiveTensorsProbe(Probe):
 
     def __init__(self):
         self._eager_type = None
+        # type -> whether its instances are searched for arrays. Types are
+        # held weakly, so a class the program drops is not kept alive.
+        self._holder_cache = weakref.WeakKeyDictionary()
+
+    def announce(self, census: "Census") -> None:
+        tf = _tf()
+        if tf is not None and self._eager_type is None:
+            self._eager_type = _eager_tensor_type(tf)
+        if self._eager_type is not None:
+            census.want(self._eager_type)
 
     def sample(self, objects=None) -> Sample:
         census = _as_census(objects)
@@ -294,7 +432,7 @@ class LiveTensorsProbe(Probe):
                 del tensors
         numpy = sys.modules.get("numpy")
         if numpy is not None:
-            count, total_bytes = _numpy_arrays(numpy.ndarray, census)
+            count, total_bytes = _numpy_arrays(numpy.ndarray, census, self._holder_cache)
             sample.append((SeriesInfo("tensors", "numpy_count", "count"), float(count)))
             sample.append((SeriesInfo("tensors", "numpy_bytes", "bytes"), float(total_bytes)))
         return sample
@@ -318,26 +456,79 @@ _NOT_HOLDERS = frozenset((type, types.FunctionType, types.MethodType, types.Code
                           types.CellType, tuple, property, weakref.ReferenceType))
 
 
+# Top-level packages whose own objects and module globals are not searched for
+# numpy arrays: on a TensorFlow heap they hold most of the references (typing
+# and inspect objects, TensorFlow's Python state), and the arrays a training
+# loop leaks sit in the program's containers and objects. Containers (lists,
+# dicts, ...) are always searched, whoever made them.
+_LIBRARY_PACKAGES = frozenset((
+    "_abc", "_collections_abc", "_frozen_importlib", "_frozen_importlib_external", "abc", "absl", "argparse",
+    "ast", "asyncio", "codecs", "collections", "concurrent", "contextlib", "copy", "dataclasses", "dis", "email",
+    "encodings", "enum", "flatbuffers", "functools", "gast", "google", "h5py", "http", "importlib", "inspect",
+    "json", "keras", "logging", "ml_dtypes", "multiprocessing", "namex", "numpy", "opt_einsum", "optree",
+    "packaging", "pathlib", "pkg_resources", "psutil", "re", "rich", "selectors", "setuptools", "six", "socket",
+    "ssl", "string", "tb_leak_plugin", "tempfile", "tensorboard", "tensorflow", "termcolor", "textwrap",
+    "tf_keras", "threading", "tokenize", "traceback", "typing", "typing_extensions", "unittest", "urllib",
+    "urllib3", "warnings", "weakref", "werkzeug", "wrapt", "zipfile", "zipimport",
+))
+
+
+def _is_library(module) -> bool:
+    return isinstance(module, str) and module.partition(".")[0] in _LIBRARY_PACKAGES
+
+
 def _may_hold_arrays(kind: type) -> bool:
     if kind in _CONTAINERS or issubclass(kind, (dict, list)):
         return True
-    return bool(getattr(kind, "__flags__", 0) & _HEAPTYPE) and kind not in _NOT_HOLDERS
+    if not getattr(kind, "__flags__", 0) & _HEAPTYPE or kind in _NOT_HOLDERS:
+        return False
+    try:
+        return not _is_library(kind.__module__)
+    except Exception:
+        return True
 
 
-def _untracked_containers(objects) -> list:
-    candidates = list(itertools.compress(objects, map(_CONTAINERS.__contains__, map(type, objects))))
-    return list(itertools.compress(candidates, map(operator.not_, map(gc.is_tracked, candidates))))
+def _library_globals() -> set[int]:
+    """ids of the module dicts of library packages (see ``_LIBRARY_PACKAGES``)."""
+    ids = set()
+    for name, module in list(sys.modules.items()):
+        if module is not None and _is_library(name):
+            namespace = getattr(module, "__dict__", None)
+            if namespace is not None:
+                ids.add(id(namespace))
+    return ids
 
 
-def _numpy_arrays(ndarray, census: Census) -> tuple[int, int]:
+def _split_referents(objects, ndarray) -> tuple[list, list]:
+    """(arrays among ``objects``, untracked containers among them), in one type pass."""
+    kinds = list(map(type, objects))
+    arrays = list(itertools.compress(objects, map(operator.is_, kinds, itertools.repeat(ndarray))))
+    candidates = list(itertools.compress(objects, map(_CONTAINERS.__contains__, kinds)))
+    del kinds
+    hidden = list(itertools.compress(candidates, map(operator.not_, map(gc.is_tracked, candidates))))
+    return arrays, hidden
+
+
+def _holder_types(census: Census, cache: dict) -> frozenset:
+    kinds = []
+    for kind in census.by_type():
+        verdict = cache.get(kind)
+        if verdict is None:
+            verdict = cache[kind] = _may_hold_arrays(kind)
+        if verdict:
+            kinds.append(kind)
+    return frozenset(kinds)
+
+
+def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> tuple[int, int]:
     objects = census.objects
     # What usually holds arrays: containers and instances of classes
-    # defined in Python (their attributes). Not the many functions, types,
-    # cells and tracked tuples, which would only add referents to scan (a
-    # tuple holding an array is usually untracked, and found below through
-    # its container).
-    holder_types = frozenset(kind for kind in census.by_type() if _may_hold_arrays(kind))
+    # defined in Python (their attributes), outside library packages. Not the
+    # many functions, types, cells, which would only add referents to scan.
+    holder_types = _holder_types(census, holder_cache if holder_cache is not None else {})
     holders = list(itertools.compress(objects, map(holder_types.__contains__, map(type, objects))))
+    skip = _library_globals()
+    holders = list(itertools.compress(holders, map(operator.not_, map(skip.__contains__, map(id, holders)))))
     # One C call for all referents of the holders.
     referents = gc.get_referents(*holders)
     del holders
@@ -347,15 +538,14 @@ def _numpy_arrays(ndarray, census: Census) -> tuple[int, int]:
     # (A container held only by a running function's local variable is not
     # reachable this way: the collector does not list running frames' locals,
     # and reading f_locals would keep the user's locals alive.)
-    hidden = _untracked_containers(referents)
+    arrays, hidden = _split_referents(referents, ndarray)
+    del referents
     for _level in range(_UNTRACKED_DEPTH):
         if not hidden:
             break
-        found = gc.get_referents(*hidden)
-        referents.extend(found)
-        hidden = _untracked_containers(found)
+        found, hidden = _split_referents(gc.get_referents(*hidden), ndarray)
+        arrays.extend(found)
     del hidden
-    arrays = itertools.compress(referents, map(operator.is_, map(type, referents), itertools.repeat(ndarray)))
     seen: set[int] = set()
     count = 0
     total_bytes = 0
@@ -381,6 +571,10 @@ class TFFunctionProbe(Probe):
         self.max_functions = max_functions
         self._followed: list[str] = []
 
+    def announce(self, census: "Census") -> None:
+        if _tf() is not None:
+            census.want(*_function_types(census))
+
     def sample(self, objects=None) -> Sample:
         tf = _tf()
         if tf is None:
@@ -388,8 +582,7 @@ class TFFunctionProbe(Probe):
         census = _as_census(objects)
         traces: dict[str, int] = {}
         instances: dict[str, int] = {}
-        function_types = [kind for kind in census.by_type()
-                          if kind.__name__ == "Function" and "polymorphic_function" in kind.__module__]
+        function_types = _function_types(census)
         for function in census.instances_of(*function_types):
             try:
                 count = function.experimental_get_tracing_count()
@@ -411,7 +604,17 @@ class TFFunctionProbe(Probe):
         return sample
 
 
-CHEAP_PROBES = ("process", "python", "tf", "gc")
+def _function_types(census: "Census") -> list:
+    """The ``tf.function`` classes among the census's types."""
+    out = []
+    for kind in census.by_type():
+        name, module = getattr(kind, "__name__", None), getattr(kind, "__module__", None)
+        if name == "Function" and isinstance(module, str) and "polymorphic_function" in module:
+            out.append(kind)
+    return out
+
+
+CHEAP_PROBES = ("process", "python", "malloc", "tf", "gc")
 CENSUS_PROBES = ("objects", "tensors", "tf_function", "uss")
 ALL_PROBES = CHEAP_PROBES + CENSUS_PROBES
 
@@ -422,6 +625,7 @@ def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> li
         "process": ProcessProbe,
         "uss": ProcessUSSProbe,
         "python": PythonHeapProbe,
+        "malloc": MallocProbe,
         "tf": lambda: TFAllocatorProbe(on_skip=on_skip),
         "gc": GCProbe,
         "objects": lambda: ObjectCensusProbe(top_k=top_k, max_types=max_types),
@@ -431,4 +635,14 @@ def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> li
     unknown = [name for name in names if not isinstance(name, Probe) and name not in factories]
     if unknown:
         raise ValueError(f"unknown probe(s) {unknown}; choose from {sorted(factories)}")
-    return [name if isinstance(name, Probe) else factories[name]() for name in names]
+    made = []
+    for name in names:
+        if isinstance(name, Probe):
+            made.append(name)
+            continue
+        try:
+            made.append(factories[name]())
+        except ProbeUnavailable as why:
+            if on_skip is not None:
+                on_skip(f"probe {name!r} is not available here ({why}); skipped")
+    return made
