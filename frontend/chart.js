@@ -164,8 +164,8 @@ function domainOf(spec) {
   return { xMin, xMax, yMin: yMin - pad, yMax: yMax + pad };
 }
 
-function drawTimeline(frame, spec, width) {
-  frame.replaceChildren();
+/** Sizes, domain, scales and labels of one timeline drawing. */
+function layoutOf(spec, width) {
   const height = spec.height || HEIGHT;
   const plotW = width - MARGIN.left - MARGIN.right;
   const plotH = height - MARGIN.top - MARGIN.bottom;
@@ -173,29 +173,50 @@ function drawTimeline(frame, spec, width) {
   const scale = yFormatter(spec.unit, Math.max(Math.abs(domain.yMin), Math.abs(domain.yMax)));
   // Ticks are nice numbers in the display unit (e.g. MiB), not in bytes.
   const yTicks = niceTicks(domain.yMin / scale.size, domain.yMax / scale.size, 4);
-  const yStep = yTicks.step * scale.size;
-  const yValues = yTicks.ticks.map((t) => t * scale.size);
-  const yLo = domain.yMin;
-  const yHi = domain.yMax;
-  const sx = (x) => MARGIN.left + ((x - domain.xMin) / (domain.xMax - domain.xMin)) * plotW;
-  const sy = (y) => MARGIN.top + (1 - (y - yLo) / (yHi - yLo)) * plotH;
   const isWall = spec.xMode === "wall_time";
   const isRelative = spec.xMode === "relative";
-  const xLabel = (v) => (isWall ? formatClock(v) : isRelative ? formatDuration(v) : formatStep(v));
+  return {
+    width, height, plotW, plotH, domain, scale, isWall, isRelative,
+    yStep: yTicks.step * scale.size,
+    yValues: yTicks.ticks.map((t) => t * scale.size),
+    sx: (x) => MARGIN.left + ((x - domain.xMin) / (domain.xMax - domain.xMin)) * plotW,
+    sy: (y) => MARGIN.top + (1 - (y - domain.yMin) / (domain.yMax - domain.yMin)) * plotH,
+    xLabel: (v) => (isWall ? formatClock(v) : isRelative ? formatDuration(v) : formatStep(v)),
+  };
+}
 
-  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", class: "chart" });
+function drawTimeline(frame, spec, width) {
+  frame.replaceChildren();
+  const layout = layoutOf(spec, width);
+  const root = svg("svg", { width, height: layout.height, viewBox: `0 0 ${width} ${layout.height}`,
+    role: "img", class: "chart" });
   root.appendChild(svg("title", {}, spec.title || ""));
+  const { grid, axis } = drawAxes(layout);
+  root.appendChild(grid);
+  const plot = clippedPlot(root, layout);
+  drawWarmup(plot, spec, layout);
+  // Interval band and trend lines under the data.
+  drawBand(plot, spec, layout);
+  drawSeries(plot, spec, layout);
+  drawTrends(plot, spec, layout);
+  drawOnset(plot, spec, layout);
+  root.appendChild(axis);
+  attachReadout(frame, root, spec, layout);
+}
 
-  // Grid and axes.
+/** Grid lines and labelled axes: {grid, axis} groups, not yet attached. */
+function drawAxes(layout) {
+  const { plotW, plotH, domain, sx, sy, scale } = layout;
   const grid = svg("g", { class: "grid" });
   const axis = svg("g", { class: "axis" });
-  for (const value of yValues) {
+  for (const value of layout.yValues) {
     const y = sy(value);
     if (y < MARGIN.top - 0.5 || y > MARGIN.top + plotH + 0.5) continue;
     grid.appendChild(svg("line", { x1: MARGIN.left, x2: MARGIN.left + plotW, y1: y, y2: y }));
-    axis.appendChild(svg("text", { x: MARGIN.left - 8, y: y + 4, "text-anchor": "end" }, tickLabel(scale, value, yStep)));
+    axis.appendChild(svg("text", { x: MARGIN.left - 8, y: y + 4, "text-anchor": "end" },
+      tickLabel(scale, value, layout.yStep)));
   }
-  const xTickValues = isWall || isRelative
+  const xTickValues = layout.isWall || layout.isRelative
     ? timeTicks(domain.xMin, domain.xMax, Math.max(2, Math.floor(plotW / 110)))
     : niceTicks(domain.xMin, domain.xMax, Math.max(2, Math.floor(plotW / 90))).ticks;
   for (const t of xTickValues) {
@@ -203,34 +224,42 @@ function drawTimeline(frame, spec, width) {
     const x = sx(t);
     grid.appendChild(svg("line", { x1: x, x2: x, y1: MARGIN.top, y2: MARGIN.top + plotH, class: "vertical" }));
     axis.appendChild(svg("text", { x, y: MARGIN.top + plotH + 18, "text-anchor": "middle" },
-      xLabel(t)));
+      layout.xLabel(t)));
   }
   axis.appendChild(svg("line", { x1: MARGIN.left, x2: MARGIN.left + plotW, y1: MARGIN.top + plotH,
     y2: MARGIN.top + plotH, class: "baseline" }));
-  root.appendChild(grid);
+  return { grid, axis };
+}
 
-  // Warm-up region and onset marker (single-run charts).
+/** The plot area, clipped to the axes: a <g> attached to `root`. */
+function clippedPlot(root, layout) {
   const clipId = `clip-${Math.random().toString(36).slice(2)}`;
   const defs = svg("defs");
   const clip = svg("clipPath", { id: clipId });
-  clip.appendChild(svg("rect", { x: MARGIN.left, y: MARGIN.top, width: plotW, height: plotH }));
+  clip.appendChild(svg("rect", { x: MARGIN.left, y: MARGIN.top, width: layout.plotW, height: layout.plotH }));
   defs.appendChild(clip);
   root.appendChild(defs);
   const plot = svg("g", { "clip-path": `url(#${clipId})` });
   root.appendChild(plot);
+  return plot;
+}
 
-  if (spec.warmupEnd !== null && spec.warmupEnd !== undefined && spec.warmupEnd > domain.xMin) {
-    const x1 = Math.min(sx(spec.warmupEnd), MARGIN.left + plotW);
-    const region = svg("rect", { x: MARGIN.left, y: MARGIN.top, width: Math.max(0, x1 - MARGIN.left),
-      height: plotH, class: "warmup", "data-role": "warmup" });
-    region.appendChild(svg("title", {}, "warm-up: excluded from the trend fit"));
-    plot.appendChild(region);
-    if (x1 - MARGIN.left > 52) {
-      plot.appendChild(svg("text", { x: MARGIN.left + 6, y: MARGIN.top + 14, class: "marker-label" }, "warm-up"));
-    }
+/** The warm-up region (single-run charts): excluded from the fit. */
+function drawWarmup(plot, spec, layout) {
+  if (spec.warmupEnd === null || spec.warmupEnd === undefined || !(spec.warmupEnd > layout.domain.xMin)) return;
+  const x1 = Math.min(layout.sx(spec.warmupEnd), MARGIN.left + layout.plotW);
+  const region = svg("rect", { x: MARGIN.left, y: MARGIN.top, width: Math.max(0, x1 - MARGIN.left),
+    height: layout.plotH, class: "warmup", "data-role": "warmup" });
+  region.appendChild(svg("title", {}, "warm-up: excluded from the trend fit"));
+  plot.appendChild(region);
+  if (x1 - MARGIN.left > 52) {
+    plot.appendChild(svg("text", { x: MARGIN.left + 6, y: MARGIN.top + 14, class: "marker-label" }, "warm-up"));
   }
+}
 
-  // Interval band and trend lines under the data.
+/** The first series' 95% interval band, when the spec asks for it. */
+function drawBand(plot, spec, layout) {
+  const { sx, sy } = layout;
   spec.series.forEach((s, index) => {
     const t = s.trend;
     if (!t || t.x[0] === null || t.x[1] === null) return;
@@ -245,8 +274,11 @@ function drawTimeline(frame, spec, width) {
       plot.appendChild(band);
     }
   });
+}
 
-  // Data lines.
+/** One line per series (a dot for a single point). */
+function drawSeries(plot, spec, layout) {
+  const { sx, sy } = layout;
   spec.series.forEach((s) => {
     if (!s.x.length) return;
     if (s.x.length === 1) {
@@ -261,7 +293,11 @@ function drawTimeline(frame, spec, width) {
     path.appendChild(svg("title", {}, s.label));
     plot.appendChild(path);
   });
+}
 
+/** Each series' fitted trend line. */
+function drawTrends(plot, spec, layout) {
+  const { sx, sy } = layout;
   spec.series.forEach((s, index) => {
     const t = s.trend;
     if (!t || t.x[0] === null || t.x[1] === null || t.y[1] === null) return;
@@ -272,20 +308,26 @@ function drawTimeline(frame, spec, width) {
     line.appendChild(svg("title", {}, `fitted trend: ${s.label}`));
     plot.appendChild(line);
   });
+}
 
-  if (spec.onset !== null && spec.onset !== undefined && spec.onset > domain.xMin && spec.onset <= domain.xMax) {
-    const x = sx(spec.onset);
-    const onset = svg("line", { x1: x, x2: x, y1: MARGIN.top, y2: MARGIN.top + plotH, class: "onset",
-      "data-role": "onset" });
-    onset.appendChild(svg("title", {}, `growth starts at ${isWall || isRelative ? xLabel(spec.onset) : "step " + formatStep(spec.onset)}`));
-    plot.appendChild(onset);
-    const labelLeft = x > MARGIN.left + plotW - 50;
-    plot.appendChild(svg("text", { x: labelLeft ? x - 5 : x + 5, y: MARGIN.top + plotH - 6,
-      "text-anchor": labelLeft ? "end" : "start", class: "marker-label onset-label" }, "onset"));
-  }
-  root.appendChild(axis);
+/** The onset marker: where the growth starts. */
+function drawOnset(plot, spec, layout) {
+  const { domain, plotW, plotH } = layout;
+  if (spec.onset === null || spec.onset === undefined || !(spec.onset > domain.xMin && spec.onset <= domain.xMax)) return;
+  const x = layout.sx(spec.onset);
+  const onset = svg("line", { x1: x, x2: x, y1: MARGIN.top, y2: MARGIN.top + plotH, class: "onset",
+    "data-role": "onset" });
+  const when = layout.isWall || layout.isRelative ? layout.xLabel(spec.onset) : "step " + formatStep(spec.onset);
+  onset.appendChild(svg("title", {}, `growth starts at ${when}`));
+  plot.appendChild(onset);
+  const labelLeft = x > MARGIN.left + plotW - 50;
+  plot.appendChild(svg("text", { x: labelLeft ? x - 5 : x + 5, y: MARGIN.top + plotH - 6,
+    "text-anchor": labelLeft ? "end" : "start", class: "marker-label onset-label" }, "onset"));
+}
 
-  // Hover read-out.
+/** The hover cursor, dots and read-out box; attaches `root` and the read-out to `frame`. */
+function attachReadout(frame, root, spec, layout) {
+  const { domain, plotW, plotH, sx, sy } = layout;
   const cursor = svg("line", { y1: MARGIN.top, y2: MARGIN.top + plotH, class: "cursor", visibility: "hidden" });
   root.appendChild(cursor);
   const dots = spec.series.map((s) => {
@@ -320,9 +362,8 @@ function drawTimeline(frame, spec, width) {
         dots[index].setAttribute("visibility", "hidden");
         return;
       }
-      const cx = sx(s.x[i]);
       if (anchorX === null) anchorX = s.x[i];
-      dots[index].setAttribute("cx", cx);
+      dots[index].setAttribute("cx", sx(s.x[i]));
       dots[index].setAttribute("cy", sy(s.y[i]));
       dots[index].setAttribute("visibility", "visible");
       lines.push({ color: s.color, label: s.label, value: formatAmount(s.y[i], spec.unit), x: s.x[i] });
@@ -331,22 +372,34 @@ function drawTimeline(frame, spec, width) {
     cursor.setAttribute("x1", sx(anchorX));
     cursor.setAttribute("x2", sx(anchorX));
     cursor.setAttribute("visibility", "visible");
-    readout.replaceChildren();
-    readout.appendChild(html("div", "readout-x", isWall ? formatClock(anchorX, true) : isRelative ? `+${formatDuration(anchorX)}` : `step ${Math.round(anchorX).toLocaleString("en-US")}`));
-    for (const line of lines) {
-      const row = html("div", "readout-row");
-      const swatch = html("span", "swatch");
-      swatch.style.background = line.color;
-      row.appendChild(swatch);
-      if (spec.series.length > 1) row.appendChild(html("span", "readout-label", line.label));
-      row.appendChild(html("span", "readout-value", line.value));
-      readout.appendChild(row);
-    }
-    readout.hidden = false;
-    const left = Math.min(px + 12, width - readout.offsetWidth - 4);
-    readout.style.left = `${Math.max(4, left < px + 12 ? px - readout.offsetWidth - 12 : left)}px`;
-    readout.style.top = `${MARGIN.top + 4}px`;
+    fillReadout(readout, spec, layout, anchorX, lines);
+    placeReadout(readout, px, layout.width);
   });
+}
+
+/** The read-out's text: the x position, then one row per series. */
+function fillReadout(readout, spec, layout, anchorX, lines) {
+  readout.replaceChildren();
+  const xText = layout.isWall ? formatClock(anchorX, true)
+    : layout.isRelative ? `+${formatDuration(anchorX)}` : `step ${Math.round(anchorX).toLocaleString("en-US")}`;
+  readout.appendChild(html("div", "readout-x", xText));
+  for (const line of lines) {
+    const row = html("div", "readout-row");
+    const swatch = html("span", "swatch");
+    swatch.style.background = line.color;
+    row.appendChild(swatch);
+    if (spec.series.length > 1) row.appendChild(html("span", "readout-label", line.label));
+    row.appendChild(html("span", "readout-value", line.value));
+    readout.appendChild(row);
+  }
+  readout.hidden = false;
+}
+
+/** Beside the cursor, flipped to its left near the right edge. */
+function placeReadout(readout, px, width) {
+  const left = Math.min(px + 12, width - readout.offsetWidth - 4);
+  readout.style.left = `${Math.max(4, left < px + 12 ? px - readout.offsetWidth - 12 : left)}px`;
+  readout.style.top = `${MARGIN.top + 4}px`;
 }
 
 /** A small inline chart of one series: an <svg> element. */

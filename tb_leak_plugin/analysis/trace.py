@@ -214,58 +214,15 @@ def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = N
     """
     if pairing is None:
         pairing = pair_allocations(events)
-    rows = pairing.allocation_rows
-    if not rows.size:
+    if not pairing.allocation_rows.size:
         return []
-    columns = [
-        events.op_code[rows],
-        events.region_code[rows],
-        events.shape_code[rows],
-        events.dtype_code[rows],
-        events.allocator_code[rows],
-    ]
-    key_of = _combined_key(columns)
-    n_keys = int(key_of.max()) + 1
-    first = np.full(n_keys, rows.size, dtype=np.int64)
-    np.minimum.at(first, key_of, np.arange(rows.size))
-    keys = np.stack([c[first] for c in columns], axis=1)
-    size = events.bytes[rows].astype(np.float64)
-    retained = ~pairing.freed
-    step = steps.index_of(events.time_ps[rows])
-    total_steps = len(steps)
-
-    allocations = np.bincount(key_of, minlength=n_keys)
-    frees = np.bincount(key_of, weights=pairing.freed, minlength=n_keys)
-    retained_allocations = np.bincount(key_of, weights=retained, minlength=n_keys)
-    retained_bytes = np.bincount(key_of, weights=size * retained, minlength=n_keys)
-
-    in_steps = retained & (step >= 0)
-    pairs = np.unique(key_of[in_steps] * max(total_steps, 1) + step[in_steps])
-    steps_retained = np.bincount(pairs // max(total_steps, 1), minlength=n_keys)
-    late_half = total_steps // 2  # steps from here on are the second half
-    late = pairs[pairs % max(total_steps, 1) >= late_half]
-    steps_retained_late = np.bincount(late // max(total_steps, 1), minlength=n_keys)
-    # Slope of cumulative retained bytes against the step index: with r_s
-    # bytes left behind in step s of S, it is 6 * sum(r_s * s * (S - s)) /
-    # (S * (S^2 - 1)); a one-off in the first step weighs nothing.
-    s = step[in_steps].astype(np.float64)
-    weights = size[in_steps] * s * (total_steps - s)
-    numerator = np.bincount(key_of[in_steps], weights=weights, minlength=n_keys)
-    if total_steps >= 2:
-        per_step = 6.0 * numerator / (total_steps * (total_steps**2 - 1.0))
-    else:
-        per_step = np.zeros(n_keys)
-    first_only, last_only, before, after = (
-        _retained_where(key_of, retained, step, n_keys, total_steps)
-    )
-
-    needed = max(MIN_LEAK_STEPS, math.ceil(MIN_LEAK_STEP_FRACTION * total_steps))
-    needed_late = max(1, math.ceil(MIN_LATE_STEP_FRACTION * (total_steps - late_half)))
+    allocations = _Allocations.of(events, steps, pairing)
+    rule = _LeakRule.of(len(steps), steps.source)
+    totals = _OpTotals.of(allocations, rule)
     results = []
-    for k in np.flatnonzero(retained_allocations > 0).tolist():
-        still_growing = bool(steps_retained_late[k] >= needed_late)
-        suspicious = bool(steps_retained[k] >= needed and per_step[k] > 0 and still_growing)
-        label = [events.labels[c] for c in keys[k].tolist()]
+    for k in np.flatnonzero(totals.retained_allocations > 0).tolist():
+        evidence = totals.evidence(k, rule)
+        label = [events.labels[c] for c in allocations.keys[k].tolist()]
         results.append(
             OpRetention(
                 op=label[0],
@@ -273,32 +230,164 @@ def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = N
                 shape=label[2],
                 data_type=label[3],
                 allocator=label[4],
-                allocations=int(allocations[k]),
-                frees=int(round(frees[k])),
-                retained_bytes=int(round(retained_bytes[k])),
-                retained_allocations=int(round(retained_allocations[k])),
-                steps_retained=int(steps_retained[k]),
-                steps_total=total_steps,
-                retained_bytes_per_step=float(per_step[k]),
-                suspicious=suspicious,
-                reason=_reason(
-                    suspicious,
-                    int(steps_retained[k]),
-                    total_steps,
-                    needed,
-                    int(round(retained_bytes[k])),
-                    int(round(retained_allocations[k])),
-                    float(per_step[k]),
-                    bool(first_only[k]),
-                    bool(last_only[k]),
-                    int(before[k]),
-                    int(after[k]),
-                    steps.source,
-                    still_growing,
-                ),
+                allocations=int(totals.allocations[k]),
+                frees=int(round(totals.frees[k])),
+                retained_bytes=evidence.retained_bytes,
+                retained_allocations=evidence.retained_allocations,
+                steps_retained=evidence.steps_retained,
+                steps_total=rule.total_steps,
+                retained_bytes_per_step=evidence.per_step,
+                suspicious=evidence.suspicious,
+                reason=_reason(evidence, rule),
             )
         )
     return rank_ops(results)
+
+
+@dataclasses.dataclass
+class _Allocations:
+    """The allocations of a trace (one entry each), with the op each belongs to."""
+
+    key_of: np.ndarray  # dense op id of each allocation
+    keys: np.ndarray  # (ops, 5) label codes: op, region, shape, data type, allocator
+    size: np.ndarray  # float64 bytes
+    freed: np.ndarray  # bool: released before the trace ended
+    step: np.ndarray  # step index; BEFORE_STEPS / AFTER_STEPS outside the steps
+
+    @property
+    def n_keys(self) -> int:
+        return int(self.keys.shape[0])
+
+    @classmethod
+    def of(cls, events: MemoryEvents, steps: Steps, pairing: Pairing) -> "_Allocations":
+        rows = pairing.allocation_rows
+        columns = [
+            events.op_code[rows],
+            events.region_code[rows],
+            events.shape_code[rows],
+            events.dtype_code[rows],
+            events.allocator_code[rows],
+        ]
+        key_of = _combined_key(columns)
+        n_keys = int(key_of.max()) + 1
+        first = np.full(n_keys, rows.size, dtype=np.int64)
+        np.minimum.at(first, key_of, np.arange(rows.size))
+        return cls(
+            key_of=key_of,
+            keys=np.stack([c[first] for c in columns], axis=1),
+            size=events.bytes[rows].astype(np.float64),
+            freed=pairing.freed,
+            step=steps.index_of(events.time_ps[rows]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _LeakRule:
+    """What a leak looks like in a window of ``total_steps`` steps (see the
+    MIN_* constants): memory kept in ``needed`` steps, ``needed_late`` of
+    them from ``late_half`` on."""
+
+    total_steps: int
+    needed: int
+    late_half: int
+    needed_late: int
+    step_kind: str  # "steps" or "pseudo-steps", for the reasons
+
+    @classmethod
+    def of(cls, total_steps: int, source: str) -> "_LeakRule":
+        late_half = total_steps // 2  # steps from here on are the second half
+        return cls(
+            total_steps=total_steps,
+            needed=max(MIN_LEAK_STEPS, math.ceil(MIN_LEAK_STEP_FRACTION * total_steps)),
+            late_half=late_half,
+            needed_late=max(1, math.ceil(MIN_LATE_STEP_FRACTION * (total_steps - late_half))),
+            step_kind="pseudo-steps" if source == "pseudo" else "steps",
+        )
+
+
+@dataclasses.dataclass
+class _OpEvidence:
+    """What one op kept, and whether that is the pattern of a leak."""
+
+    steps_retained: int
+    retained_bytes: int
+    retained_allocations: int
+    per_step: float  # bytes per step
+    first_only: bool  # kept only from the first traced step
+    last_only: bool  # ... only from the last
+    before: int  # kept allocations made before the first traced step
+    after: int  # ... after the last
+    still_growing: bool
+    suspicious: bool
+
+
+@dataclasses.dataclass
+class _OpTotals:
+    """Per op (arrays indexed by the op id of :class:`_Allocations`)."""
+
+    allocations: np.ndarray
+    frees: np.ndarray
+    retained_allocations: np.ndarray
+    retained_bytes: np.ndarray
+    steps_retained: np.ndarray
+    steps_retained_late: np.ndarray
+    per_step: np.ndarray  # bytes per step
+    first_only: np.ndarray
+    last_only: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+
+    @classmethod
+    def of(cls, allocations: _Allocations, rule: _LeakRule) -> "_OpTotals":
+        key_of, n_keys, step, size = (allocations.key_of, allocations.n_keys, allocations.step,
+                                      allocations.size)
+        total_steps = rule.total_steps
+        retained = ~allocations.freed
+        in_steps = retained & (step >= 0)
+        pairs = np.unique(key_of[in_steps] * max(total_steps, 1) + step[in_steps])
+        late = pairs[pairs % max(total_steps, 1) >= rule.late_half]
+        # Slope of cumulative retained bytes against the step index: with r_s
+        # bytes left behind in step s of S, it is 6 * sum(r_s * s * (S - s)) /
+        # (S * (S^2 - 1)); a one-off in the first step weighs nothing.
+        s = step[in_steps].astype(np.float64)
+        weights = size[in_steps] * s * (total_steps - s)
+        numerator = np.bincount(key_of[in_steps], weights=weights, minlength=n_keys)
+        if total_steps >= 2:
+            per_step = 6.0 * numerator / (total_steps * (total_steps**2 - 1.0))
+        else:
+            per_step = np.zeros(n_keys)
+        first_only, last_only, before, after = _retained_where(allocations, retained, total_steps)
+        return cls(
+            allocations=np.bincount(key_of, minlength=n_keys),
+            frees=np.bincount(key_of, weights=allocations.freed, minlength=n_keys),
+            retained_allocations=np.bincount(key_of, weights=retained, minlength=n_keys),
+            retained_bytes=np.bincount(key_of, weights=size * retained, minlength=n_keys),
+            steps_retained=np.bincount(pairs // max(total_steps, 1), minlength=n_keys),
+            steps_retained_late=np.bincount(late // max(total_steps, 1), minlength=n_keys),
+            per_step=per_step,
+            first_only=first_only,
+            last_only=last_only,
+            before=before,
+            after=after,
+        )
+
+    def evidence(self, k: int, rule: _LeakRule) -> _OpEvidence:
+        """The evidence about op ``k``, judged by ``rule``."""
+        still_growing = bool(self.steps_retained_late[k] >= rule.needed_late)
+        per_step = float(self.per_step[k])
+        return _OpEvidence(
+            steps_retained=int(self.steps_retained[k]),
+            retained_bytes=int(round(self.retained_bytes[k])),
+            retained_allocations=int(round(self.retained_allocations[k])),
+            per_step=per_step,
+            first_only=bool(self.first_only[k]),
+            last_only=bool(self.last_only[k]),
+            before=int(self.before[k]),
+            after=int(self.after[k]),
+            still_growing=still_growing,
+            suspicious=bool(self.steps_retained[k] >= rule.needed and per_step > 0
+                            and still_growing),
+        )
 
 
 def _combined_key(columns: list[np.ndarray]) -> np.ndarray:
@@ -331,9 +420,10 @@ def rank_ops(ops: list[OpRetention]) -> list[OpRetention]:
     )
 
 
-def _retained_where(key_of, retained, step, n_keys, total_steps):
+def _retained_where(allocations: _Allocations, retained: np.ndarray, total_steps: int):
     """Per op: retained only in the first step, only in the last, and counts
     of retained allocations made before / after the traced steps."""
+    key_of, step, n_keys = allocations.key_of, allocations.step, allocations.n_keys
     in_steps = retained & (step >= 0)
     lowest = np.full(n_keys, np.iinfo(np.int64).max)
     highest = np.full(n_keys, -1)
@@ -346,42 +436,43 @@ def _retained_where(key_of, retained, step, n_keys, total_steps):
     return first_only, last_only, before, after
 
 
-def _reason(suspicious, steps_retained, total, needed, retained, count, per_step,
-            first_only, last_only, before, after, source, still_growing) -> str:
-    kind = "pseudo-steps" if source == "pseudo" else "steps"
-    held = f"{format_bytes(retained)} in {count} allocation{'s' if count != 1 else ''}"
-    if suspicious:
+def _reason(evidence: _OpEvidence, rule: _LeakRule) -> str:
+    """One sentence: why this op's retention is, or is not, the pattern of a leak."""
+    e, kind, total = evidence, rule.step_kind, rule.total_steps
+    count = e.retained_allocations
+    held = f"{format_bytes(e.retained_bytes)} in {count} allocation{'s' if count != 1 else ''}"
+    if e.suspicious:
         return (
-            f"left memory behind in {steps_retained} of {total} {kind} and never freed it "
-            f"({held}, about {format_bytes(per_step)} more each step): the pattern of a leak"
+            f"left memory behind in {e.steps_retained} of {total} {kind} and never freed it "
+            f"({held}, about {format_bytes(e.per_step)} more each step): the pattern of a leak"
         )
-    if first_only:
+    if e.first_only:
         return (
             f"{held} kept from the first traced step only: one-off state such as "
             "variables, optimizer slots or caches built once"
         )
-    if last_only:
+    if e.last_only:
         return (
             f"{held} kept from the last traced step only: outputs the program still "
             "held when the trace stopped"
         )
-    if steps_retained == 0 and before and not after:
+    if e.steps_retained == 0 and e.before and not e.after:
         return f"{held} allocated before the first traced step and still held"
-    if steps_retained == 0 and after:
+    if e.steps_retained == 0 and e.after:
         return f"{held} allocated after the last traced step"
-    if steps_retained == 0:
+    if e.steps_retained == 0:
         return f"{held} kept, outside the traced steps"
-    if steps_retained < needed:
+    if e.steps_retained < rule.needed:
         return (
-            f"{held} kept from {steps_retained} of {total} {kind}; a leak keeps memory "
-            f"from at least {needed} of them"
+            f"{held} kept from {e.steps_retained} of {total} {kind}; a leak keeps memory "
+            f"from at least {rule.needed} of them"
         )
-    if not still_growing:
+    if not e.still_growing:
         return (
-            f"{held} kept from {steps_retained} of {total} {kind}, but hardly any in the "
+            f"{held} kept from {e.steps_retained} of {total} {kind}, but hardly any in the "
             "second half: the growth stopped, as when a cache fills up"
         )
-    return f"{held} kept from {steps_retained} of {total} {kind}, but not growing with the steps"
+    return f"{held} kept from {e.steps_retained} of {total} {kind}, but not growing with the steps"
 
 
 # -- everything ------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ I/O, no TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tb_leak_plugin.xplane import schema as xplane
@@ -44,116 +46,166 @@ def find_retracing(decoded: xplane.DecodedSpace, steps: Steps) -> list[dict]:
     tracing_count_first, tracing_count_last, concrete_functions, growing,
     reason.
     """
-    found: dict[str, dict] = {}
-
-    def entry(name: str) -> dict:
-        return found.setdefault(
-            name,
-            dict(function=name, calls=0, traces=0, steps=set(), counts=[],
-                 concrete=set(), graph_building=0),
-        )
-
+    found: dict[str, _Evidence] = {}
     for plane in decoded.planes:
         if not len(plane):
             continue
-        names = plane.event_names
-        graph_ids = [m for m, n in names.items() if GRAPH_BUILDING_PATTERN.search(n)]
-        has_count = plane.has_stat(TRACING_COUNT_STAT)
-        calls = np.flatnonzero(has_count)
-        counts, _ = plane.int_stat(TRACING_COUNT_STAT)
-        call_codes, call_table = plane.str_stat(FUNCTION_CALL_STAT)
-        call_step = steps.index_of(plane.start_ps[calls])
-        traced_call = np.zeros(calls.size, dtype=bool)
-        # Tracing events inside a call mark that call as traced.
-        graph_rows = np.flatnonzero(np.isin(plane.metadata_id, graph_ids))
-        unattributed = []
-        for row in graph_rows.tolist():
-            inside = np.flatnonzero(
-                (plane.line[calls] == plane.line[row])
-                & (plane.start_ps[calls] <= plane.start_ps[row])
-                & (plane.start_ps[calls] + plane.duration_ps[calls] >= plane.start_ps[row])
-            )
-            if inside.size:
-                traced_call[inside[np.argmax(plane.start_ps[calls][inside])]] = True
-            else:
-                unattributed.append(row)
-        by_name: dict[str, list[int]] = {}
-        for i, mid in enumerate(plane.metadata_id[calls].tolist()):
-            by_name.setdefault(names.get(mid, UNKNOWN), []).append(i)
-        for name, members in by_name.items():
-            members = np.array(members)
-            members = members[np.argsort(plane.start_ps[calls][members], kind="stable")]
-            item = entry(name)
-            count = counts[calls][members]
-            said = call_codes[calls][members]
-            traced = traced_call[members].copy()
-            for j, code in enumerate(said.tolist()):
-                if code >= 0 and call_table[code].lower().startswith("traced"):
-                    traced[j] = True
-            if (said < 0).any():
-                went_up = np.zeros(members.size, dtype=bool)
-                went_up[1:] = count[1:] > count[:-1]
-                traced |= went_up & (said < 0)
-            member_steps = call_step[members]
-            item["calls"] += int(members.size)
-            item["traces"] += int(np.count_nonzero(traced))
-            item["steps"].update(member_steps[traced & (member_steps >= 0)].tolist())
-            item["counts"].extend(count.tolist())
-        if unattributed:
-            item = entry("(graph building outside a traced call)")
-            rows = np.array(unattributed)
-            item["graph_building"] += rows.size
-            item["traces"] += rows.size
-            s = steps.index_of(plane.start_ps[rows])
-            item["steps"].update(s[s >= 0].tolist())
-        # New concrete functions, by first appearance.
-        concrete = {
-            mid: match
-            for mid, match in ((m, CONCRETE_FUNCTION_PATTERN.search(n)) for m, n in names.items())
-            if match
-        }
-        rows = np.flatnonzero(np.isin(plane.metadata_id, list(concrete)))
-        if rows.size:
-            order = np.lexsort((plane.start_ps[rows], plane.metadata_id[rows]))
-            rows = rows[order]
-            mids, first = np.unique(plane.metadata_id[rows], return_index=True)
-            first_steps = steps.index_of(plane.start_ps[rows[first]])
-            for mid, step in zip(mids.tolist(), first_steps.tolist()):
-                match = concrete[mid]
-                entry(match.group(1))["concrete"].add((match.group(2), int(step)))
-
-    results = []
-    for item in found.values():
-        # The earliest concrete function may predate the trace: not evidence.
-        later = sorted(item["concrete"], key=lambda c: (c[1] < 0, c[1]))[1:]
-        concrete_steps = {s for _, s in later if s >= 0}
-        new_concrete = sum(1 for _, s in later if s >= 0)
-        tracing_steps = item["steps"] | concrete_steps
-        if not tracing_steps and not item["traces"]:
-            continue
-        growing = len(tracing_steps) >= MIN_RETRACING_STEPS
-        counts = item["counts"]
-        result = dict(
-            function=item["function"],
-            calls=item["calls"],
-            traces=max(item["traces"], new_concrete),
-            tracing_steps=len(tracing_steps),
-            steps_total=len(steps),
-            tracing_count_first=counts[0] if counts else None,
-            tracing_count_last=counts[-1] if counts else None,
-            concrete_functions=len({n for n, _ in item["concrete"]}),
-            growing=growing,
-        )
-        result["reason"] = (
-            f"traced again in {len(tracing_steps)} of {len(steps)} steps: each trace builds "
-            "and keeps a new graph; pass tensors (not Python values) and fixed shapes, "
-            "or use reduce_retracing=True"
-            if growing
-            else f"traced in {len(tracing_steps)} of {len(steps)} steps (warm-up tracing is normal)"
-        )
-        results.append(result)
+        calls = _FunctionCalls.of(plane, steps)
+        _add_call_evidence(found, plane, calls)
+        if calls.unattributed.size:
+            _add_unattributed_tracing(found, plane, calls.unattributed, steps)
+        _add_concrete_functions(found, plane, steps)
+    results = [r for r in (_summarize(item, len(steps)) for item in found.values()) if r]
     results.sort(key=lambda r: (not r["growing"], -r["tracing_steps"], r["function"]))
     return results
+
+
+@dataclasses.dataclass
+class _Evidence:
+    """What a trace says about one tf.function's tracing."""
+
+    function: str
+    calls: int = 0
+    traces: int = 0
+    steps: set = dataclasses.field(default_factory=set)  # step indexes with tracing
+    counts: list = dataclasses.field(default_factory=list)  # tracing_count per call
+    concrete: set = dataclasses.field(default_factory=set)  # (number, first step) per concrete fn
+    graph_building: int = 0
+
+
+def _evidence(found: dict[str, _Evidence], name: str) -> _Evidence:
+    if name not in found:
+        found[name] = _Evidence(name)
+    return found[name]
+
+
+@dataclasses.dataclass
+class _FunctionCalls:
+    """The tf.function calls of one plane (events with a ``tracing_count``)."""
+
+    rows: np.ndarray  # event rows of the calls
+    counts: np.ndarray  # tracing_count per call
+    said: np.ndarray  # tf_function_call code per call (-1: absent)
+    said_table: list[str]
+    step: np.ndarray  # step index per call
+    traced: np.ndarray  # bool per call: graph building happened inside it
+    unattributed: np.ndarray  # graph-building event rows inside no call
+
+    @classmethod
+    def of(cls, plane: xplane.PlaneEvents, steps: Steps) -> "_FunctionCalls":
+        rows = np.flatnonzero(plane.has_stat(TRACING_COUNT_STAT))
+        counts, _ = plane.int_stat(TRACING_COUNT_STAT)
+        codes, table = plane.str_stat(FUNCTION_CALL_STAT)
+        traced, unattributed = _traced_by_graph_building(plane, rows)
+        return cls(rows, counts[rows], codes[rows], table, steps.index_of(plane.start_ps[rows]),
+                   traced, unattributed)
+
+
+def _traced_by_graph_building(plane: xplane.PlaneEvents, calls: np.ndarray):
+    """Tracing events inside a call mark that call (the innermost) as traced.
+
+    Returns (bool per call, rows of tracing events inside no call).
+    """
+    graph_ids = [m for m, n in plane.event_names.items() if GRAPH_BUILDING_PATTERN.search(n)]
+    traced = np.zeros(calls.size, dtype=bool)
+    unattributed = []
+    for row in np.flatnonzero(np.isin(plane.metadata_id, graph_ids)).tolist():
+        inside = np.flatnonzero(
+            (plane.line[calls] == plane.line[row])
+            & (plane.start_ps[calls] <= plane.start_ps[row])
+            & (plane.start_ps[calls] + plane.duration_ps[calls] >= plane.start_ps[row])
+        )
+        if inside.size:
+            traced[inside[np.argmax(plane.start_ps[calls][inside])]] = True
+        else:
+            unattributed.append(row)
+    return traced, np.array(unattributed, dtype=np.int64)
+
+
+def _add_call_evidence(found, plane: xplane.PlaneEvents, calls: _FunctionCalls) -> None:
+    """Per function: its calls, which of them traced, in which steps."""
+    by_name: dict[str, list[int]] = {}
+    for i, mid in enumerate(plane.metadata_id[calls.rows].tolist()):
+        by_name.setdefault(plane.event_names.get(mid, UNKNOWN), []).append(i)
+    start_ps = plane.start_ps[calls.rows]
+    for name, members in by_name.items():
+        members = np.array(members)
+        members = members[np.argsort(start_ps[members], kind="stable")]
+        count = calls.counts[members]
+        said = calls.said[members]
+        traced = calls.traced[members].copy()
+        for j, code in enumerate(said.tolist()):
+            if code >= 0 and calls.said_table[code].lower().startswith("traced"):
+                traced[j] = True
+        if (said < 0).any():
+            went_up = np.zeros(members.size, dtype=bool)
+            went_up[1:] = count[1:] > count[:-1]
+            traced |= went_up & (said < 0)
+        member_steps = calls.step[members]
+        item = _evidence(found, name)
+        item.calls += int(members.size)
+        item.traces += int(np.count_nonzero(traced))
+        item.steps.update(member_steps[traced & (member_steps >= 0)].tolist())
+        item.counts.extend(count.tolist())
+
+
+def _add_unattributed_tracing(found, plane, rows: np.ndarray, steps: Steps) -> None:
+    item = _evidence(found, "(graph building outside a traced call)")
+    item.graph_building += rows.size
+    item.traces += rows.size
+    step = steps.index_of(plane.start_ps[rows])
+    item.steps.update(step[step >= 0].tolist())
+
+
+def _add_concrete_functions(found, plane: xplane.PlaneEvents, steps: Steps) -> None:
+    """New concrete functions (``__inference_<name>_<n>``), by first appearance."""
+    concrete = {
+        mid: match
+        for mid, match in ((m, CONCRETE_FUNCTION_PATTERN.search(n))
+                           for m, n in plane.event_names.items())
+        if match
+    }
+    rows = np.flatnonzero(np.isin(plane.metadata_id, list(concrete)))
+    if not rows.size:
+        return
+    rows = rows[np.lexsort((plane.start_ps[rows], plane.metadata_id[rows]))]
+    mids, first = np.unique(plane.metadata_id[rows], return_index=True)
+    first_steps = steps.index_of(plane.start_ps[rows[first]])
+    for mid, step in zip(mids.tolist(), first_steps.tolist()):
+        match = concrete[mid]
+        _evidence(found, match.group(1)).concrete.add((match.group(2), int(step)))
+
+
+def _summarize(item: _Evidence, steps_total: int) -> dict | None:
+    """The result dict of one function, or None when it was not traced in the window."""
+    # The earliest concrete function may predate the trace: not evidence.
+    later = sorted(item.concrete, key=lambda c: (c[1] < 0, c[1]))[1:]
+    concrete_steps = {s for _, s in later if s >= 0}
+    new_concrete = sum(1 for _, s in later if s >= 0)
+    tracing_steps = item.steps | concrete_steps
+    if not tracing_steps and not item.traces:
+        return None
+    growing = len(tracing_steps) >= MIN_RETRACING_STEPS
+    counts = item.counts
+    result = dict(
+        function=item.function,
+        calls=item.calls,
+        traces=max(item.traces, new_concrete),
+        tracing_steps=len(tracing_steps),
+        steps_total=steps_total,
+        tracing_count_first=counts[0] if counts else None,
+        tracing_count_last=counts[-1] if counts else None,
+        concrete_functions=len({n for n, _ in item.concrete}),
+        growing=growing,
+    )
+    result["reason"] = (
+        f"traced again in {len(tracing_steps)} of {steps_total} steps: each trace builds "
+        "and keeps a new graph; pass tensors (not Python values) and fixed shapes, "
+        "or use reduce_retracing=True"
+        if growing
+        else f"traced in {len(tracing_steps)} of {steps_total} steps (warm-up tracing is normal)"
+    )
+    return result
 
 
 # -- coverage --------------------------------------------------------------------------------

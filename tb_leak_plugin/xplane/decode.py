@@ -160,12 +160,40 @@ def _read_line(data, buf, start, stop) -> _Line:
 # -- decoding a whole space ---------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """What the caller of :func:`decode_space` asks for (see its arguments)."""
+
+    select_names: Callable[[str], bool]
+    select_stats: frozenset
+    value_stats: Collection[str] | None
+    value_stats_by_event: dict[str, Collection[str]] | None
+    samples_per_kind: int
+
+
 def _stat_value(stat, stat_names):
     """The Python value of an XStat message; a ref becomes the name it points to."""
     kind = stat.WhichOneof("value")
     if kind == "ref_value":
         return stat_names.get(stat.ref_value, "")
     return None if kind is None else getattr(stat, kind)
+
+
+def _read_space(data) -> tuple[list[tuple[int, int]], list[str]]:
+    """Return (the planes' byte spans, the host names) of an XSpace."""
+    plane_spans, hostnames = [], []
+    for number, wire, value, field_start, _ in read_fields(data, 0, len(data), "XSpace"):
+        if number == 1 and wire == 2:
+            plane_spans.append(value)
+        elif number == 4 and wire == 2:
+            hostnames.append(bytes(data[value[0] : value[1]]).decode("utf-8", "replace"))
+        elif number not in (2, 3, 4) or wire != 2:
+            raise XPlaneDecodeError(
+                f"not an XSpace: unexpected field {number} (wire type {wire}) at byte {field_start}"
+            )
+    if not plane_spans:
+        raise XPlaneDecodeError("the data holds no XPlane")
+    return plane_spans, hostnames
 
 
 def _read_plane_header(data, start, stop):
@@ -212,19 +240,10 @@ def decode_space(
     Raises:
       XPlaneDecodeError: the bytes are not a readable XSpace.
     """
+    request = _Request(select_names, frozenset(select_stats), value_stats, value_stats_by_event,
+                       samples_per_kind)
     buf = np.frombuffer(data, dtype=np.uint8)
-    plane_spans, hostnames = [], []
-    for number, wire, value, field_start, _ in read_fields(data, 0, len(data), "XSpace"):
-        if number == 1 and wire == 2:
-            plane_spans.append(value)
-        elif number == 4 and wire == 2:
-            hostnames.append(bytes(data[value[0] : value[1]]).decode("utf-8", "replace"))
-        elif number not in (2, 3, 4) or wire != 2:
-            raise XPlaneDecodeError(
-                f"not an XSpace: unexpected field {number} (wire type {wire}) at byte {field_start}"
-            )
-    if not plane_spans:
-        raise XPlaneDecodeError("the data holds no XPlane")
+    plane_spans, hostnames = _read_space(data)
     headers = []
     for start, stop in plane_spans:
         plane, line_spans = _read_plane_header(data, start, stop)
@@ -232,102 +251,154 @@ def decode_space(
         headers.append((plane, lines))
     stamps = [line.timestamp_ns for _, lines in headers for line in lines]
     base_ns = min(stamps) if stamps else 0
-    select_stats = frozenset(select_stats)
-    planes = [
-        _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_stats,
-                      value_stats_by_event, samples_per_kind)
-        for plane, lines in headers
-    ]
+    planes = [_decode_plane(buf, plane, lines, base_ns, request) for plane, lines in headers]
     return DecodedSpace(planes=planes, base_ns=base_ns, hostnames=hostnames)
 
 
-def _decode_plane(buf, plane, lines, base_ns, select_names, select_stats, value_stats,
-                  value_stats_by_event, samples):
-    event_names = {int(k): v.name for k, v in plane.event_metadata.items()}
-    stat_names = {int(k): v.name for k, v in plane.stat_metadata.items()}
-    metadata_stats = {}
-    for mid, meta in plane.event_metadata.items():
-        if meta.stats:
-            metadata_stats[int(mid)] = {
-                stat_names.get(s.metadata_id, ""): _stat_value(s, stat_names) for s in meta.stats
-            }
-    wanted = {mid for mid, name in event_names.items() if select_names(name)}
-    wanted |= {
-        mid for mid, stats in metadata_stats.items() if select_stats.intersection(stats)
-    }
-    marker_stat_ids = np.array(
-        [sid for sid, name in stat_names.items() if name in select_stats], dtype=np.int64
-    )
+@dataclasses.dataclass
+class _PlaneNames:
+    """A plane's metadata: names by id, and stats set on event metadata."""
 
+    event_names: dict[int, str]
+    stat_names: dict[int, str]
+    metadata_stats: dict[int, dict[str, object]]
+
+    @classmethod
+    def of(cls, plane) -> "_PlaneNames":
+        event_names = {int(k): v.name for k, v in plane.event_metadata.items()}
+        stat_names = {int(k): v.name for k, v in plane.stat_metadata.items()}
+        metadata_stats = {}
+        for mid, meta in plane.event_metadata.items():
+            if meta.stats:
+                metadata_stats[int(mid)] = {
+                    stat_names.get(s.metadata_id, ""): _stat_value(s, stat_names)
+                    for s in meta.stats
+                }
+        return cls(event_names, stat_names, metadata_stats)
+
+
+@dataclasses.dataclass
+class _Selection:
+    """The events of a plane chosen for decoding, one entry each, line by line."""
+
+    starts: np.ndarray  # event body spans
+    stops: np.ndarray
+    line: np.ndarray  # int32 line index
+    offset_base_ps: np.ndarray  # int64: the line's start since base_ns, picoseconds
+    first_ids: np.ndarray  # metadata id when it is the event's first field, else -1
+
+
+@dataclasses.dataclass
+class _EventColumns:
+    """Fields of the selected events; ``keep``: the metadata id is wanted."""
+
+    metadata_id: np.ndarray
+    offset_ps: np.ndarray
+    duration_ps: np.ndarray
+    keep: np.ndarray | None = None
+
+
+@dataclasses.dataclass
+class _StatColumns:
+    """One entry per kept stat: the event (index among kept events), the stat
+    metadata id, value kind, raw bits, and index into the strings (-1: no text)."""
+
+    event: np.ndarray
+    id: np.ndarray
+    kind: np.ndarray
+    raw: np.ndarray
+    string: np.ndarray
+
+
+def _decode_plane(buf, plane, lines, base_ns, request: _Request) -> PlaneEvents:
+    names = _PlaneNames.of(plane)
+    wanted_ids = _wanted_metadata_ids(buf, names, lines, request)
     total = sum(line.starts.size for line in lines)
-    first_ids = [line.first_ids for line in lines]
-
-    if marker_stat_ids.size and lines:
-        # Which kinds of events carry marker stats? Look at a few of each kind.
-        sample_starts, sample_stops, sample_ids = [], [], []
-        for line, ids in zip(lines, first_ids):
-            candidates = np.flatnonzero(ids >= 0)
-            taken = np.zeros(ids.size, dtype=bool)
-            taken[ids < 0] = True  # unusual layout: always decoded below
-            for _ in range(samples):
-                rest = candidates[~taken[candidates]]
-                if not rest.size:
-                    break
-                kinds, first = _first_occurrences(ids[rest])
-                taken[rest[first]] = True
-            pick = np.flatnonzero(taken & (ids >= 0))
-            sample_starts.append(line.starts[pick])
-            sample_stops.append(line.stops[pick])
-            sample_ids.append(ids[pick])
-        found = _events_with_stats(
-            buf,
-            np.concatenate(sample_starts),
-            np.concatenate(sample_stops),
-            np.concatenate(sample_ids),
-            marker_stat_ids,
-        )
-        wanted |= found
-
-    wanted_ids = np.array(sorted(wanted), dtype=np.int64)
-    is_wanted = _membership(wanted_ids)
-    sel_starts, sel_stops, sel_line, sel_offset_base, sel_ids = [], [], [], [], []
-    for index, (line, ids) in enumerate(zip(lines, first_ids)):
-        keep = np.flatnonzero((ids < 0) | is_wanted(ids))
-        sel_ids.append(ids[keep])
-        sel_starts.append(line.starts[keep])
-        sel_stops.append(line.stops[keep])
-        sel_line.append(np.full(keep.size, index, dtype=np.int32))
-        sel_offset_base.append(np.full(keep.size, (line.timestamp_ns - base_ns) * 1000, np.int64))
-        line.starts = line.stops = line.first_ids = None  # every event: no longer needed
-    del first_ids
-    starts = concat(sel_starts, np.int64)
-    stops = concat(sel_stops, np.int64)
-    line_of = concat(sel_line, np.int32)
-    base_of = concat(sel_offset_base, np.int64)
-    selected_ids = concat(sel_ids, np.int64)
-    del sel_starts, sel_stops, sel_line, sel_offset_base, sel_ids
-
-    values_wanted = _value_table(event_names, stat_names, value_stats, value_stats_by_event)
-    events, stats, strings = _decode_events(buf, starts, stops, wanted_ids, values_wanted,
-                                            selected_ids)
-    keep = events["keep"]
+    selection = _select_events(lines, wanted_ids, base_ns)
+    values_wanted = _value_table(names.event_names, names.stat_names, request.value_stats,
+                                 request.value_stats_by_event)
+    events, stats, strings = _decode_events(buf, selection, wanted_ids, values_wanted)
+    keep = events.keep
     return PlaneEvents(
         name=plane.name,
-        event_names=event_names,
-        stat_names=stat_names,
+        event_names=names.event_names,
+        stat_names=names.stat_names,
         line_names=[line.name for line in lines],
         total_events=int(total),
-        line=line_of[keep],
-        metadata_id=events["metadata_id"][keep],
-        start_ps=(base_of + events["offset_ps"])[keep],
-        duration_ps=events["duration_ps"][keep],
+        line=selection.line[keep],
+        metadata_id=events.metadata_id[keep],
+        start_ps=(selection.offset_base_ps + events.offset_ps)[keep],
+        duration_ps=events.duration_ps[keep],
         strings=strings,
-        stat_event=stats["event"],
-        stat_id=stats["id"],
-        stat_kind=stats["kind"],
-        stat_raw=stats["raw"],
-        stat_string=stats["string"],
-        metadata_stats=metadata_stats,
+        stat_event=stats.event,
+        stat_id=stats.id,
+        stat_kind=stats.kind,
+        stat_raw=stats.raw,
+        stat_string=stats.string,
+        metadata_stats=names.metadata_stats,
+    )
+
+
+def _wanted_metadata_ids(buf, names: _PlaneNames, lines, request: _Request) -> np.ndarray:
+    """Sorted event metadata ids to keep: by name, by metadata stats, and by
+    the stats a few sampled events of each kind carry."""
+    wanted = {mid for mid, name in names.event_names.items() if request.select_names(name)}
+    wanted |= {
+        mid for mid, stats in names.metadata_stats.items()
+        if request.select_stats.intersection(stats)
+    }
+    marker_stat_ids = np.array(
+        [sid for sid, name in names.stat_names.items() if name in request.select_stats],
+        dtype=np.int64,
+    )
+    if marker_stat_ids.size and lines:
+        wanted |= _sampled_kinds_with_stats(buf, lines, marker_stat_ids, request.samples_per_kind)
+    return np.array(sorted(wanted), dtype=np.int64)
+
+
+def _sampled_kinds_with_stats(buf, lines, stat_ids, samples: int) -> set[int]:
+    """Which kinds of events carry these stats? Look at a few of each kind, per line."""
+    sample_starts, sample_stops, sample_ids = [], [], []
+    for line in lines:
+        ids = line.first_ids
+        candidates = np.flatnonzero(ids >= 0)
+        taken = np.zeros(ids.size, dtype=bool)
+        taken[ids < 0] = True  # unusual layout: always decoded
+        for _ in range(samples):
+            rest = candidates[~taken[candidates]]
+            if not rest.size:
+                break
+            _, first = _first_occurrences(ids[rest])
+            taken[rest[first]] = True
+        pick = np.flatnonzero(taken & (ids >= 0))
+        sample_starts.append(line.starts[pick])
+        sample_stops.append(line.stops[pick])
+        sample_ids.append(ids[pick])
+    return _events_with_stats(buf, np.concatenate(sample_starts), np.concatenate(sample_stops),
+                              np.concatenate(sample_ids), stat_ids)
+
+
+def _select_events(lines, wanted_ids: np.ndarray, base_ns: int) -> _Selection:
+    """The events to decode, line after line: those of a wanted kind, and
+    those whose kind is not known before decoding. Frees each line's spans."""
+    is_wanted = _membership(wanted_ids)
+    starts, stops, line_of, base_of, first_ids = [], [], [], [], []
+    for index, line in enumerate(lines):
+        ids = line.first_ids
+        keep = np.flatnonzero((ids < 0) | is_wanted(ids))
+        first_ids.append(ids[keep])
+        starts.append(line.starts[keep])
+        stops.append(line.stops[keep])
+        line_of.append(np.full(keep.size, index, dtype=np.int32))
+        base_of.append(np.full(keep.size, (line.timestamp_ns - base_ns) * 1000, np.int64))
+        line.starts = line.stops = line.first_ids = None  # every event: no longer needed
+        del ids, keep
+    return _Selection(
+        starts=concat(starts, np.int64),
+        stops=concat(stops, np.int64),
+        line=concat(line_of, np.int32),
+        offset_base_ps=concat(base_of, np.int64),
+        first_ids=concat(first_ids, np.int64),
     )
 
 
@@ -398,91 +469,125 @@ def _stat_filter(buf, class_of_message, keep_lut):
     return keep
 
 
-def _decode_events(buf, starts, stops, wanted_ids, values_wanted, first_ids=None):
-    """Decode the events ``buf[starts[i]:stops[i]]`` and their stats.
+@dataclasses.dataclass
+class _Prefilter:
+    """Drops unwanted stats while events are scanned, by the event's first
+    metadata id: ``message_class`` per event indexes the rows of ``lut``."""
 
-    Returns (columns, stats, strings). ``columns`` holds metadata_id,
-    offset_ps, duration_ps and ``keep`` (the metadata id is wanted; events
-    whose id was not their first field are only filtered here). ``stats``
-    holds one entry per kept stat: ``event`` (index among the kept events),
-    ``id``, ``kind``, ``raw`` and ``string`` (index into ``strings``, -1
-    when not a text). Blocks of events are decoded together so that their
-    bytes stay in cache and temporary arrays stay small.
-    """
-    n = starts.size
-    columns = {name: np.zeros(n, dtype=np.int64) for name in ("metadata_id", "offset_ps",
-                                                              "duration_ps")}
-    texts: dict[str, int] = {}
-    parts = {name: [] for name in ("event", "id", "kind", "raw", "string")}
-    event_dtype = np.int32 if n < 1 << 31 else np.int64
-    message_class = filter_lut = None
-    if values_wanted is not None and first_ids is not None:
+    message_class: np.ndarray
+    lut: np.ndarray
+
+    @classmethod
+    def of(cls, values_wanted, first_ids: np.ndarray) -> "_Prefilter | None":
+        if values_wanted is None:
+            return None
         class_of, keep_lut = values_wanted
         # An extra class, for events whose metadata id is not known yet: keep all.
-        filter_lut = np.vstack([keep_lut, np.ones(keep_lut.shape[1], dtype=bool)])
-        message_class = np.zeros(n, dtype=np.int64)
+        lut = np.vstack([keep_lut, np.ones(keep_lut.shape[1], dtype=bool)])
+        message_class = np.zeros(first_ids.size, dtype=np.int64)
         message_class[first_ids < 0] = keep_lut.shape[0]
         for mid, group in class_of.items():
             message_class[first_ids == mid] = group
-    for first in range(0, n, _EVENTS_PER_BLOCK):
-        last = min(n, first + _EVENTS_PER_BLOCK)
-        span_filter = None
-        if message_class is not None:
-            span_filter = _stat_filter(buf, message_class[first:last], filter_lut)
-        scanned = scan_messages(buf, starts[first:last], stops[first:last],
-                                 scalar_fields=(1, 2, 3), span_fields=(4,),
-                                 span_filter=span_filter)
-        for field, name in ((1, "metadata_id"), (2, "offset_ps"), (3, "duration_ps")):
-            columns[name][first:last] = scanned.values[field].view(np.int64)
-        # Spans come one field round at a time, so each event's stats keep
-        # their written order (the last of a repeated stat wins).
-        owner, span_start, span_stop = (
-            scanned.span_owner[4], scanned.span_start[4], scanned.span_stop[4]
+        return cls(message_class, lut)
+
+
+class _StatTable:
+    """Collects decoded stats chunk by chunk, and builds their columns."""
+
+    def __init__(self, event_dtype):
+        self.event_dtype = event_dtype
+        self.texts: dict[str, int] = {}
+        self.parts = {name: [] for name in ("event", "id", "kind", "raw", "string")}
+
+    def add(self, buf, stats, owner: np.ndarray, first_event: int) -> None:
+        """Add ``stats`` (from ``decode_stats``) of the events ``owner + first_event``."""
+        is_text = (stats.kind == KIND_STR) | (stats.kind == KIND_BYTES)
+        self.parts["event"].append((owner[stats.row] + first_event).astype(self.event_dtype))
+        self.parts["id"].append(_narrow(stats.metadata_id))
+        self.parts["kind"].append(stats.kind)
+        self.parts["raw"].append(stats.raw)
+        self.parts["string"].append(
+            _intern_texts(buf, stats.text_start, stats.text_stop, is_text, self.texts)
         )
-        row_class = None
-        if values_wanted is not None:
-            class_of, keep_lut = values_wanted
-            if class_of:
-                mids = scanned.values[1].view(np.int64)
-                event_class = np.zeros(mids.size, dtype=np.int64)
-                for mid, group in class_of.items():
-                    event_class[mids == mid] = group
-                row_class = event_class[owner]
-            else:
-                keep_lut = keep_lut[0]
-        else:
-            keep_lut = None
-        del scanned
-        for low in range(0, owner.size, _STATS_PER_CHUNK):
-            high = low + _STATS_PER_CHUNK
-            stats = decode_stats(buf, span_start[low:high], span_stop[low:high], keep_lut,
-                                  None if row_class is None else row_class[low:high])
-            is_text = (stats.kind == KIND_STR) | (stats.kind == KIND_BYTES)
-            parts["event"].append((owner[low:high][stats.row] + first).astype(event_dtype))
-            parts["id"].append(_narrow(stats.metadata_id))
-            parts["kind"].append(stats.kind)
-            parts["raw"].append(stats.raw)
-            parts["string"].append(
-                _intern_texts(buf, stats.text_start, stats.text_stop, is_text, texts)
-            )
-            del stats
-    keep = np.isin(columns["metadata_id"], wanted_ids)
-    columns["keep"] = keep
-    # Columns are narrow where the values fit: this table is most of the memory.
-    wide_ids = any(p.dtype == np.int64 for p in parts["id"])
-    dtypes = dict(event=event_dtype, id=np.int64 if wide_ids else np.int32,
-                  kind=np.int8, raw=np.uint64, string=np.int32)
-    # One column at a time, so that only one is ever held twice.
-    event = concat(parts.pop("event"), dtypes["event"])
-    mask = None if keep.all() else keep[event]
-    if mask is not None:
-        event = (np.cumsum(keep) - 1)[event[mask]].astype(dtypes["event"])
-    out = {"event": event}
-    for name in ("id", "kind", "raw", "string"):
-        column = concat(parts.pop(name), dtypes[name])
-        out[name] = column if mask is None else column[mask]
-        del column
-    return columns, out, list(texts)
+
+    def columns(self, keep: np.ndarray) -> _StatColumns:
+        """The stats of the kept events, renumbered among them."""
+        # Columns are narrow where the values fit: this table is most of the memory.
+        parts = self.parts
+        wide_ids = any(p.dtype == np.int64 for p in parts["id"])
+        dtypes = dict(event=self.event_dtype, id=np.int64 if wide_ids else np.int32,
+                      kind=np.int8, raw=np.uint64, string=np.int32)
+        # One column at a time, so that only one is ever held twice.
+        event = concat(parts.pop("event"), dtypes["event"])
+        mask = None if keep.all() else keep[event]
+        if mask is not None:
+            event = (np.cumsum(keep) - 1)[event[mask]].astype(dtypes["event"])
+        out = {"event": event}
+        for name in ("id", "kind", "raw", "string"):
+            column = concat(parts.pop(name), dtypes[name])
+            out[name] = column if mask is None else column[mask]
+            del column
+        return _StatColumns(**out)
+
+
+def _decode_events(buf, selection: _Selection, wanted_ids, values_wanted):
+    """Decode the selected events and their stats.
+
+    Returns (:class:`_EventColumns`, :class:`_StatColumns`, strings). Events
+    whose id was not their first field are only filtered here (``keep``).
+    Blocks of events are decoded together so that their bytes stay in cache
+    and temporary arrays stay small.
+    """
+    n = selection.starts.size
+    columns = _EventColumns(*(np.zeros(n, dtype=np.int64) for _ in range(3)))
+    table = _StatTable(np.int32 if n < 1 << 31 else np.int64)
+    prefilter = _Prefilter.of(values_wanted, selection.first_ids)
+    for first in range(0, n, _EVENTS_PER_BLOCK):
+        _decode_block(buf, selection, slice(first, min(n, first + _EVENTS_PER_BLOCK)),
+                      prefilter, values_wanted, columns, table)
+    columns.keep = np.isin(columns.metadata_id, wanted_ids)
+    return columns, table.columns(columns.keep), list(table.texts)
+
+
+def _decode_block(buf, selection, block: slice, prefilter, values_wanted, columns, table):
+    """Decode the events ``block`` of the selection into ``columns`` and ``table``."""
+    span_filter = None
+    if prefilter is not None:
+        span_filter = _stat_filter(buf, prefilter.message_class[block], prefilter.lut)
+    scanned = scan_messages(buf, selection.starts[block], selection.stops[block],
+                             scalar_fields=(1, 2, 3), span_fields=(4,),
+                             span_filter=span_filter)
+    columns.metadata_id[block] = scanned.values[1].view(np.int64)
+    columns.offset_ps[block] = scanned.values[2].view(np.int64)
+    columns.duration_ps[block] = scanned.values[3].view(np.int64)
+    # Spans come one field round at a time, so each event's stats keep
+    # their written order (the last of a repeated stat wins).
+    owner, span_start, span_stop = (
+        scanned.span_owner[4], scanned.span_start[4], scanned.span_stop[4]
+    )
+    keep_lut, row_class = _block_stat_filter(values_wanted, scanned.values[1], owner)
+    del scanned
+    for low in range(0, owner.size, _STATS_PER_CHUNK):
+        high = low + _STATS_PER_CHUNK
+        stats = decode_stats(buf, span_start[low:high], span_stop[low:high], keep_lut,
+                              None if row_class is None else row_class[low:high])
+        table.add(buf, stats, owner[low:high], block.start)
+        del stats
+
+
+def _block_stat_filter(values_wanted, metadata_ids, owner):
+    """(keep table, class per stat or None) for ``decode_stats``, now that the
+    events' metadata ids are known; (None, None) keeps every stat."""
+    if values_wanted is None:
+        return None, None
+    class_of, keep_lut = values_wanted
+    if not class_of:
+        return keep_lut[0], None
+    mids = metadata_ids.view(np.int64)
+    event_class = np.zeros(mids.size, dtype=np.int64)
+    for mid, group in class_of.items():
+        event_class[mids == mid] = group
+    return keep_lut, event_class[owner]
 
 
 def _events_with_stats(buf, starts, stops, ids, stat_ids) -> set[int]:

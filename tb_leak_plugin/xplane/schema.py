@@ -64,104 +64,98 @@ def _map_entry(parent, entry_name, value_type):
             (2, "value", _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, value_type, None),
         ],
     )
-    return f"XPlane.{entry_name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Message:
+    """One message of xplane.proto: fields as (number, name, type, label,
+    message type or map entry, oneof index), in the order of the .proto."""
+
+    name: str
+    fields: tuple
+    oneofs: tuple[str, ...] = ()
+    maps: tuple[tuple[str, str], ...] = ()  # (entry name, value message)
+
+
+_OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+_INT64, _UINT64, _DOUBLE = _F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_DOUBLE
+_STRING, _BYTES, _MESSAGE = _F.TYPE_STRING, _F.TYPE_BYTES, _F.TYPE_MESSAGE
+_EVENT_METADATA_MAP = "XPlane.EventMetadataEntry"
+_STAT_METADATA_MAP = "XPlane.StatMetadataEntry"
+
+_SCHEMA = (
+    _Message("XSpace", (
+        (1, "planes", _MESSAGE, _REP, "XPlane", None),
+        (2, "errors", _STRING, _REP, None, None),
+        (3, "warnings", _STRING, _REP, None, None),
+        (4, "hostnames", _STRING, _REP, None, None),
+    )),
+    _Message("XPlane", (
+        (1, "id", _INT64, _OPT, None, None),
+        (2, "name", _STRING, _OPT, None, None),
+        (3, "lines", _MESSAGE, _REP, "XLine", None),
+        (4, "event_metadata", _MESSAGE, _REP, _EVENT_METADATA_MAP, None),
+        (5, "stat_metadata", _MESSAGE, _REP, _STAT_METADATA_MAP, None),
+        (6, "stats", _MESSAGE, _REP, "XStat", None),
+    ), maps=(("EventMetadataEntry", "XEventMetadata"), ("StatMetadataEntry", "XStatMetadata"))),
+    _Message("XLine", (
+        (1, "id", _INT64, _OPT, None, None),
+        (10, "display_id", _INT64, _OPT, None, None),
+        (2, "name", _STRING, _OPT, None, None),
+        (11, "display_name", _STRING, _OPT, None, None),
+        (3, "timestamp_ns", _INT64, _OPT, None, None),
+        (9, "duration_ps", _INT64, _OPT, None, None),
+        (4, "events", _MESSAGE, _REP, "XEvent", None),
+    )),
+    _Message("XEvent", (
+        (1, "metadata_id", _INT64, _OPT, None, None),
+        (2, "offset_ps", _INT64, _OPT, None, 0),
+        (5, "num_occurrences", _INT64, _OPT, None, 0),
+        (3, "duration_ps", _INT64, _OPT, None, None),
+        (4, "stats", _MESSAGE, _REP, "XStat", None),
+    ), oneofs=("data",)),
+    _Message("XStat", (
+        (1, "metadata_id", _INT64, _OPT, None, None),
+        (2, "double_value", _DOUBLE, _OPT, None, 0),
+        (3, "uint64_value", _UINT64, _OPT, None, 0),
+        (4, "int64_value", _INT64, _OPT, None, 0),
+        (5, "str_value", _STRING, _OPT, None, 0),
+        (6, "bytes_value", _BYTES, _OPT, None, 0),
+        (7, "ref_value", _UINT64, _OPT, None, 0),
+    ), oneofs=("value",)),
+    _Message("XEventMetadata", (
+        (1, "id", _INT64, _OPT, None, None),
+        (2, "name", _STRING, _OPT, None, None),
+        (4, "display_name", _STRING, _OPT, None, None),
+        (3, "metadata", _BYTES, _OPT, None, None),
+        (5, "stats", _MESSAGE, _REP, "XStat", None),
+        (6, "child_id", _INT64, _REP, None, None),
+    )),
+    _Message("XStatMetadata", (
+        (1, "id", _INT64, _OPT, None, None),
+        (2, "name", _STRING, _OPT, None, None),
+        (3, "description", _STRING, _OPT, None, None),
+    )),
+)
 
 
 def _build_classes():
-    opt, rep = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+    """Message classes for every message of ``_SCHEMA``, in its order."""
     fdp = descriptor_pb2.FileDescriptorProto(
         name="tb_leak_plugin/xplane.proto", package=_PACKAGE, syntax="proto3"
     )
-    space = fdp.message_type.add(name="XSpace")
-    _add_fields(
-        space,
-        [
-            (1, "planes", _F.TYPE_MESSAGE, rep, "XPlane", None),
-            (2, "errors", _F.TYPE_STRING, rep, None, None),
-            (3, "warnings", _F.TYPE_STRING, rep, None, None),
-            (4, "hostnames", _F.TYPE_STRING, rep, None, None),
-        ],
-    )
-    plane = fdp.message_type.add(name="XPlane")
-    event_entry = _map_entry(plane, "EventMetadataEntry", "XEventMetadata")
-    stat_entry = _map_entry(plane, "StatMetadataEntry", "XStatMetadata")
-    _add_fields(
-        plane,
-        [
-            (1, "id", _F.TYPE_INT64, opt, None, None),
-            (2, "name", _F.TYPE_STRING, opt, None, None),
-            (3, "lines", _F.TYPE_MESSAGE, rep, "XLine", None),
-            (4, "event_metadata", _F.TYPE_MESSAGE, rep, event_entry, None),
-            (5, "stat_metadata", _F.TYPE_MESSAGE, rep, stat_entry, None),
-            (6, "stats", _F.TYPE_MESSAGE, rep, "XStat", None),
-        ],
-    )
-    line = fdp.message_type.add(name="XLine")
-    _add_fields(
-        line,
-        [
-            (1, "id", _F.TYPE_INT64, opt, None, None),
-            (10, "display_id", _F.TYPE_INT64, opt, None, None),
-            (2, "name", _F.TYPE_STRING, opt, None, None),
-            (11, "display_name", _F.TYPE_STRING, opt, None, None),
-            (3, "timestamp_ns", _F.TYPE_INT64, opt, None, None),
-            (9, "duration_ps", _F.TYPE_INT64, opt, None, None),
-            (4, "events", _F.TYPE_MESSAGE, rep, "XEvent", None),
-        ],
-    )
-    event = fdp.message_type.add(name="XEvent")
-    event.oneof_decl.add(name="data")
-    _add_fields(
-        event,
-        [
-            (1, "metadata_id", _F.TYPE_INT64, opt, None, None),
-            (2, "offset_ps", _F.TYPE_INT64, opt, None, 0),
-            (5, "num_occurrences", _F.TYPE_INT64, opt, None, 0),
-            (3, "duration_ps", _F.TYPE_INT64, opt, None, None),
-            (4, "stats", _F.TYPE_MESSAGE, rep, "XStat", None),
-        ],
-    )
-    stat = fdp.message_type.add(name="XStat")
-    stat.oneof_decl.add(name="value")
-    _add_fields(
-        stat,
-        [
-            (1, "metadata_id", _F.TYPE_INT64, opt, None, None),
-            (2, "double_value", _F.TYPE_DOUBLE, opt, None, 0),
-            (3, "uint64_value", _F.TYPE_UINT64, opt, None, 0),
-            (4, "int64_value", _F.TYPE_INT64, opt, None, 0),
-            (5, "str_value", _F.TYPE_STRING, opt, None, 0),
-            (6, "bytes_value", _F.TYPE_BYTES, opt, None, 0),
-            (7, "ref_value", _F.TYPE_UINT64, opt, None, 0),
-        ],
-    )
-    event_metadata = fdp.message_type.add(name="XEventMetadata")
-    _add_fields(
-        event_metadata,
-        [
-            (1, "id", _F.TYPE_INT64, opt, None, None),
-            (2, "name", _F.TYPE_STRING, opt, None, None),
-            (4, "display_name", _F.TYPE_STRING, opt, None, None),
-            (3, "metadata", _F.TYPE_BYTES, opt, None, None),
-            (5, "stats", _F.TYPE_MESSAGE, rep, "XStat", None),
-            (6, "child_id", _F.TYPE_INT64, rep, None, None),
-        ],
-    )
-    stat_metadata = fdp.message_type.add(name="XStatMetadata")
-    _add_fields(
-        stat_metadata,
-        [
-            (1, "id", _F.TYPE_INT64, opt, None, None),
-            (2, "name", _F.TYPE_STRING, opt, None, None),
-            (3, "description", _F.TYPE_STRING, opt, None, None),
-        ],
-    )
+    for spec in _SCHEMA:
+        message = fdp.message_type.add(name=spec.name)
+        for entry_name, value_type in spec.maps:
+            _map_entry(message, entry_name, value_type)
+        for oneof in spec.oneofs:
+            message.oneof_decl.add(name=oneof)
+        _add_fields(message, spec.fields)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    names = "XSpace XPlane XLine XEvent XStat XEventMetadata XStatMetadata".split()
     return [
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{n}"))
-        for n in names
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{spec.name}"))
+        for spec in _SCHEMA
     ]
 
 

@@ -10,6 +10,7 @@ still decodes. `tb_leak_plugin.xplane.decode` builds the decoder from these.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -118,6 +119,85 @@ class _Scanned:
     span_stop: dict[int, np.ndarray]
 
 
+@dataclasses.dataclass
+class _FieldPlan:
+    """Which fields a scan keeps, with tag-byte tables for its fast paths."""
+
+    scalar_fields: tuple[int, ...]
+    span_fields: tuple[int, ...]
+    oneof_fields: tuple[int, ...]
+    span_filter: Callable | None
+    short_span_field: np.ndarray  # tag byte -> span field read by the fast path, 0 = none
+    short_varint_field: np.ndarray  # tag byte -> varint scalar field, 0 = none
+
+    @classmethod
+    def of(cls, scalar_fields, span_fields, oneof_fields, span_filter) -> "_FieldPlan":
+        short_span_field = np.zeros(256, dtype=np.int8)
+        for f in span_fields:
+            if f < 16:
+                short_span_field[(f << 3) | 2] = f
+        short_varint_field = np.zeros(256, dtype=np.int8)
+        for f in scalar_fields:
+            if f < 16 and f not in oneof_fields:
+                short_varint_field[f << 3] = f
+        return cls(tuple(scalar_fields), tuple(span_fields), tuple(oneof_fields), span_filter,
+                   short_span_field, short_varint_field)
+
+
+@dataclasses.dataclass
+class _Found:
+    """What a scan has read so far: the last value of each scalar field per
+    message, and every span of the span fields in the order read."""
+
+    values: dict[int, np.ndarray]
+    last_field: np.ndarray
+    owners: dict[int, list]
+    starts: dict[int, list]
+    stops: dict[int, list]
+
+    @classmethod
+    def empty(cls, n: int, plan: _FieldPlan) -> "_Found":
+        return cls(
+            values={f: np.zeros(n, dtype=np.uint64) for f in plan.scalar_fields},
+            last_field=np.zeros(n, dtype=np.int8),
+            owners={f: [] for f in plan.span_fields},
+            starts={f: [] for f in plan.span_fields},
+            stops={f: [] for f in plan.span_fields},
+        )
+
+    def add_spans(self, field: int, owners, starts, stops) -> None:
+        self.owners[field].append(owners)
+        self.starts[field].append(starts)
+        self.stops[field].append(stops)
+
+    def set_scalars(self, fields: np.ndarray, messages: np.ndarray, value: np.ndarray) -> None:
+        for f, column in self.values.items():
+            mine = fields == f
+            if mine.any():
+                column[messages[mine]] = value[mine]
+
+    def result(self) -> _Scanned:
+        def cat(parts):
+            return concat(parts, np.int64)
+
+        return _Scanned(
+            values=self.values,
+            last_field=self.last_field,
+            span_owner={f: cat(parts) for f, parts in self.owners.items()},
+            span_start={f: cat(parts) for f, parts in self.starts.items()},
+            span_stop={f: cat(parts) for f, parts in self.stops.items()},
+        )
+
+
+@dataclasses.dataclass
+class _Open:
+    """The messages a scan is still reading: which, where it is, where each ends."""
+
+    index: np.ndarray
+    pos: np.ndarray
+    stop: np.ndarray
+
+
 def scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_fields=(),
                    span_filter=None) -> _Scanned:
     """Read every field of the messages ``buf[starts[i]:stops[i]]`` in lockstep.
@@ -133,111 +213,111 @@ def scan_messages(buf, starts, stops, *, scalar_fields, span_fields, oneof_field
     length-delimited fields (a one-byte tag and length: nearly every stat of
     an event) take a cheap path; everything else the general one.
     """
-    n = starts.size
-    values = {f: np.zeros(n, dtype=np.uint64) for f in scalar_fields}
-    last_field = np.zeros(n, dtype=np.int8)
-    owners = {f: [] for f in span_fields}
-    span_starts = {f: [] for f in span_fields}
-    span_stops = {f: [] for f in span_fields}
-    short_tags = np.zeros(256, dtype=np.int8)  # tag byte -> span field, 0 = none
-    for f in span_fields:
-        if f < 16:
-            short_tags[(f << 3) | 2] = f
-    varint_tags = np.zeros(256, dtype=np.int8)  # tag byte -> varint scalar field
-    for f in scalar_fields:
-        if f < 16 and f not in oneof_fields:
-            varint_tags[f << 3] = f
-    index = np.arange(n, dtype=np.int64)
+    plan = _FieldPlan.of(scalar_fields, span_fields, oneof_fields, span_filter)
+    found = _Found.empty(starts.size, plan)
+    index = np.arange(starts.size, dtype=np.int64)
     pos = starts.astype(np.int64, copy=True)
     stop = stops.astype(np.int64, copy=False)
     live = pos < stop
-    index, pos, stop = index[live], pos[live], stop[live]
-    if index.size and int(stop.max()) > buf.size:
+    messages = _Open(index[live], pos[live], stop[live])
+    if messages.index.size and int(messages.stop.max()) > buf.size:
         raise XPlaneDecodeError("a message runs past the end of the data")
-    last_byte = buf.size - 1
-    while index.size:
-        field_of_tag = short_tags[buf[pos]]
-        length = buf[np.minimum(pos + 1, last_byte)]
-        fast = (field_of_tag > 0) & (length < 0x80) & (pos + 1 < stop)
-        after = pos + 2 + length
-        at = np.flatnonzero(fast)
-        chain, chain_pos, chain_field = at, pos[at], field_of_tag[at]
-        for substep in range(_FAST_RECORDS_PER_ROUND):
-            # Record the short fields just read, then read the next ones of
-            # the same messages while they are short fields too.
-            chain_after = after[chain]
-            for f in span_fields:
-                mine = slice(None) if len(span_fields) == 1 else chain_field == f
-                rows = chain[mine]
-                if rows.size:
-                    if f in oneof_fields:
-                        last_field[index[rows]] = f
-                    body, end = chain_pos[mine] + 2, chain_after[mine]
-                    if span_filter is not None:
-                        keep = span_filter(index[rows], body)
-                        rows, body, end = rows[keep], body[keep], end[keep]
-                    owners[f].append(index[rows])
-                    span_starts[f].append(body)
-                    span_stops[f].append(end)
-            if substep == _FAST_RECORDS_PER_ROUND - 1:
-                break
-            more = chain_after < stop[chain]
-            chain, chain_pos = chain[more], chain_after[more]
-            if not chain.size:
-                break
-            chain_field = short_tags[buf[chain_pos]]
-            length = buf[np.minimum(chain_pos + 1, last_byte)]
-            ok = (chain_field > 0) & (length < 0x80) & (chain_pos + 1 < stop[chain])
-            chain, chain_pos, chain_field = chain[ok], chain_pos[ok], chain_field[ok]
-            after[chain] = chain_pos + 2 + length[ok]
-        slow = np.flatnonzero(~fast) if at.size < index.size else at[:0]
-        if slow.size and scalar_fields:
-            # Varint fields with a one-byte tag (metadata_id, offset_ps ...).
-            field_of_varint = varint_tags[buf[pos[slow]]]
-            plain = field_of_varint > 0
-            rows = slow[plain]
-            if rows.size:
-                value, after[rows] = read_varints(buf, pos[rows] + 1)
-                fields = field_of_varint[plain]
-                for f in scalar_fields:
-                    mine = fields == f
-                    if mine.any():
-                        values[f][index[rows[mine]]] = value[mine]
-                slow = slow[~plain]
-        if slow.size:
-            field, value = _field_step(buf, pos, slow, after, span_fields, owners,
-                                       span_starts, span_stops, index)
-            for f in scalar_fields:
-                mine = field == f
-                if mine.any():
-                    values[f][index[slow[mine]]] = value[mine]
-            for f in oneof_fields:
-                mine = field == f
-                if mine.any():
-                    last_field[index[slow[mine]]] = f
-        overrun = after > stop
+    while messages.index.size:
+        after = _read_one_round(buf, plan, found, messages)
+        overrun = after > messages.stop
         if overrun.any():
             raise XPlaneDecodeError(
-                f"a field at byte {int(pos[overrun][0])} runs past the end of its message"
+                f"a field at byte {int(messages.pos[overrun][0])} runs past the end of its message"
             )
-        live = after < stop
-        index, pos, stop = index[live], after[live], stop[live]
-
-    def cat(parts):
-        return concat(parts, np.int64)
-
-    return _Scanned(
-        values=values,
-        last_field=last_field,
-        span_owner={f: cat(owners[f]) for f in span_fields},
-        span_start={f: cat(span_starts[f]) for f in span_fields},
-        span_stop={f: cat(span_stops[f]) for f in span_fields},
-    )
+        live = after < messages.stop
+        messages = _Open(messages.index[live], after[live], messages.stop[live])
+    return found.result()
 
 
-def _field_step(buf, pos, rows, after, span_fields, owners, span_starts, span_stops, index):
-    """Read one field at ``pos[rows]`` (any tag, any wire type); return (field, value)."""
-    at = pos[rows]
+def _read_one_round(buf, plan: _FieldPlan, found: _Found, messages: _Open) -> np.ndarray:
+    """Read the next field (or run of short fields) of every open message;
+    return the position after what was read, per message."""
+    fast, after = _read_short_spans(buf, plan, found, messages)
+    slow = np.flatnonzero(~fast) if np.count_nonzero(fast) < fast.size else np.zeros(0, np.int64)
+    if slow.size and plan.scalar_fields:
+        slow = _read_short_varints(buf, plan, found, messages, slow, after)
+    if slow.size:
+        field, value = _read_any_field(buf, plan, found, messages, slow, after)
+        found.set_scalars(field, messages.index[slow], value)
+        for f in plan.oneof_fields:
+            mine = field == f
+            if mine.any():
+                found.last_field[messages.index[slow[mine]]] = f
+    return after
+
+
+def _read_short_spans(buf, plan: _FieldPlan, found: _Found, messages: _Open):
+    """The fast path: span fields with a one-byte tag and length, up to
+    ``_FAST_RECORDS_PER_ROUND`` in a row per message.
+
+    Returns (mask of the messages read this way, position after per message;
+    meaningful only where the mask is set, the other paths fill the rest).
+    """
+    pos, stop = messages.pos, messages.stop
+    last_byte = buf.size - 1
+    field_of_tag = plan.short_span_field[buf[pos]]
+    length = buf[np.minimum(pos + 1, last_byte)]
+    fast = (field_of_tag > 0) & (length < 0x80) & (pos + 1 < stop)
+    after = pos + 2 + length
+    chain = np.flatnonzero(fast)
+    chain_pos, chain_field = pos[chain], field_of_tag[chain]
+    for substep in range(_FAST_RECORDS_PER_ROUND):
+        # Record the short fields just read, then read the next ones of the
+        # same messages while they are short fields too.
+        chain_after = after[chain]
+        _record_short_spans(plan, found, messages.index, chain, chain_pos, chain_field,
+                            chain_after)
+        if substep == _FAST_RECORDS_PER_ROUND - 1:
+            break
+        more = chain_after < stop[chain]
+        chain, chain_pos = chain[more], chain_after[more]
+        if not chain.size:
+            break
+        chain_field = plan.short_span_field[buf[chain_pos]]
+        length = buf[np.minimum(chain_pos + 1, last_byte)]
+        ok = (chain_field > 0) & (length < 0x80) & (chain_pos + 1 < stop[chain])
+        chain, chain_pos, chain_field = chain[ok], chain_pos[ok], chain_field[ok]
+        after[chain] = chain_pos + 2 + length[ok]
+    return fast, after
+
+
+def _record_short_spans(plan, found, index, chain, chain_pos, chain_field, chain_after):
+    """Keep the short spans just read (``chain`` rows of the open messages)."""
+    for f in plan.span_fields:
+        mine = slice(None) if len(plan.span_fields) == 1 else chain_field == f
+        rows = chain[mine]
+        if not rows.size:
+            continue
+        if f in plan.oneof_fields:
+            found.last_field[index[rows]] = f
+        body, end = chain_pos[mine] + 2, chain_after[mine]
+        if plan.span_filter is not None:
+            keep = plan.span_filter(index[rows], body)
+            rows, body, end = rows[keep], body[keep], end[keep]
+        found.add_spans(f, index[rows], body, end)
+
+
+def _read_short_varints(buf, plan, found, messages, slow, after) -> np.ndarray:
+    """Varint scalars with a one-byte tag (metadata_id, offset_ps ...) at
+    ``slow`` rows; return the rows this did not read."""
+    field_of_varint = plan.short_varint_field[buf[messages.pos[slow]]]
+    plain = field_of_varint > 0
+    rows = slow[plain]
+    if rows.size:
+        value, after[rows] = read_varints(buf, messages.pos[rows] + 1)
+        found.set_scalars(field_of_varint[plain], messages.index[rows], value)
+    return slow[~plain]
+
+
+def _read_any_field(buf, plan, found, messages, rows, after):
+    """Read one field at ``messages.pos[rows]`` (any tag, any wire type);
+    return (field number, value: the varint or fixed64, or the span length)."""
+    at = messages.pos[rows]
     tag, at = read_varints(buf, at)
     field = (tag >> np.uint64(3)).astype(np.int64)
     wire = (tag & np.uint64(7)).astype(np.int8)
@@ -245,7 +325,7 @@ def _field_step(buf, pos, rows, after, span_fields, owners, span_starts, span_st
     if bad.any():
         raise XPlaneDecodeError(
             f"invalid field (number {int(field[bad][0])}, wire type {int(wire[bad][0])}) "
-            f"at byte {int(pos[rows][bad][0])}"
+            f"at byte {int(messages.pos[rows][bad][0])}"
         )
     value = np.zeros(rows.size, dtype=np.uint64)
     end = at.copy()
@@ -264,14 +344,15 @@ def _field_step(buf, pos, rows, after, span_fields, owners, span_starts, span_st
         length, body = read_varints(buf, at[sel])
         value[sel] = length
         end[sel] = body + length.astype(np.int64)
-        for f in span_fields:
+        for f in plan.span_fields:
             mine = field[sel] == f
             if mine.any():
-                owners[f].append(index[rows[sel[mine]]])
-                span_starts[f].append(body[mine])
-                span_stops[f].append(end[sel[mine]])
+                found.add_spans(f, messages.index[rows[sel[mine]]], body[mine], end[sel[mine]])
     after[rows] = end
     return field, value
+
+
+# -- stats ------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -284,6 +365,39 @@ class _Stats:
     raw: np.ndarray
     text_start: np.ndarray
     text_stop: np.ndarray
+
+    def take(self, rows: np.ndarray) -> "_Stats":
+        return _Stats(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
+
+    @staticmethod
+    def merged(parts: list["_Stats"]) -> "_Stats":
+        """One table of ``parts``, in stat order (``row``)."""
+        if len(parts) == 1:
+            return parts[0]
+        names = [f.name for f in dataclasses.fields(_Stats)]
+        stats = _Stats(*(np.concatenate([getattr(p, name) for p in parts]) for name in names))
+        return stats.take(np.argsort(stats.row, kind="stable"))  # keep the written order
+
+
+@dataclasses.dataclass
+class _StatFilter:
+    """Which stats to keep by metadata id: ``keep_lut[id]``, or with a 2-D
+    table ``keep_lut[row_class[stat], id]``; None keeps every stat."""
+
+    keep_lut: np.ndarray | None
+    row_class: np.ndarray | None
+
+    def wanted(self, rows: np.ndarray, metadata_id: np.ndarray) -> np.ndarray:
+        """Bool per stat: wanted (ids outside the table never are)."""
+        if self.keep_lut is None:
+            return np.ones(rows.size, dtype=bool)
+        known = (metadata_id >= 0) & (metadata_id < self.keep_lut.shape[-1])
+        wanted = np.zeros(rows.size, dtype=bool)
+        if self.keep_lut.ndim == 2:
+            wanted[known] = self.keep_lut[self.row_class[rows[known]], metadata_id[known]]
+        else:
+            wanted[known] = self.keep_lut[metadata_id[known]]
+        return wanted
 
 
 _VALUE_TAGS = np.zeros(256, dtype=np.int8)  # value tag byte -> kind
@@ -305,6 +419,23 @@ def decode_stats(buf, starts, stops, keep_lut=None, row_class=None) -> _Stats:
     n = starts.size
     if n and int(stops.max()) > buf.size:
         raise XPlaneDecodeError("a stat runs past the end of the data")
+    keep = _StatFilter(keep_lut, row_class)
+    usual, dropped = _decode_usual_stats(buf, starts, stops, keep)
+    handled = np.zeros(n, dtype=bool)
+    handled[usual.row] = True
+    handled[dropped] = True
+    other = np.flatnonzero(~handled & (stops > starts))
+    if not other.size:
+        return usual
+    return _Stats.merged([usual, _decode_other_stats(buf, starts, stops, other, keep)])
+
+
+def _decode_usual_stats(buf, starts, stops, keep: _StatFilter) -> tuple[_Stats, np.ndarray]:
+    """Stats in the usual layout (``0x08 <id>``, one value to the end), in bulk.
+
+    Returns (the stats decoded, rows dropped as unwanted). Rows in neither
+    are left to :func:`_decode_other_stats`.
+    """
     # The usual layout needs >= 4 bytes; then starts + 3 < stops <= buf.size,
     # so reading the first four bytes stays in bounds.
     rows = np.flatnonzero(stops - starts >= 4)
@@ -317,15 +448,10 @@ def decode_stats(buf, starts, stops, keep_lut=None, row_class=None) -> _Stats:
         b2 = buf[at[two] + 2].astype(np.int64)
         metadata_id[two] = np.where(b2 < 0x80, (metadata_id[two] & 0x7F) | (b2 << 7), -1)
         value_tag_at[two] += 1
-    drop = np.zeros(n, dtype=bool)
-    if keep_lut is not None:
-        known = (metadata_id >= 0) & (metadata_id < keep_lut.shape[-1])
-        wanted = np.zeros(rows.size, dtype=bool)
-        if keep_lut.ndim == 2:
-            wanted[known] = keep_lut[row_class[rows[known]], metadata_id[known]]
-        else:
-            wanted[known] = keep_lut[metadata_id[known]]
-        drop[rows[~wanted & (metadata_id >= 0)]] = True
+    dropped = np.zeros(0, dtype=np.int64)
+    if keep.keep_lut is not None:
+        wanted = keep.wanted(rows, metadata_id)
+        dropped = rows[~wanted & (metadata_id >= 0)]
         rows, metadata_id, value_tag_at = rows[wanted], metadata_id[wanted], value_tag_at[wanted]
     stop = stops[rows]
     value_at = value_tag_at + 1
@@ -333,27 +459,38 @@ def decode_stats(buf, starts, stops, keep_lut=None, row_class=None) -> _Stats:
     kind = np.zeros(rows.size, dtype=np.int8)
     kind[fits] = _VALUE_TAGS[buf[value_tag_at[fits]]]
     usual = fits & (kind > 0) & (metadata_id >= 0)
-    raw = np.zeros(rows.size, dtype=np.uint64)
-    text_start = np.zeros(rows.size, dtype=np.int64)
-    text_stop = np.zeros(rows.size, dtype=np.int64)
+    stats = _Stats(rows, metadata_id, kind, np.zeros(rows.size, dtype=np.uint64),
+                   np.zeros(rows.size, dtype=np.int64), np.zeros(rows.size, dtype=np.int64))
     width = stop - value_at
-    # Doubles: exactly eight bytes.
-    sel = np.flatnonzero(usual & (kind == KIND_DOUBLE))
+    usual &= _read_doubles(buf, stats, usual, value_at, width)
+    usual &= _read_varint_values(buf, stats, usual, value_at, width)
+    usual &= _read_texts(buf, stats, usual, value_at, width, stop)
+    return stats.take(np.flatnonzero(usual)), dropped
+
+
+def _read_doubles(buf, stats: _Stats, usual, value_at, width) -> np.ndarray:
+    """Doubles: exactly eight bytes. Returns False where the layout is not usual."""
+    ok = np.ones(usual.size, dtype=bool)
+    sel = np.flatnonzero(usual & (stats.kind == KIND_DOUBLE))
     good = width[sel] == 8
-    usual[sel[~good]] = False
+    ok[sel[~good]] = False
     if good.any():
-        raw[sel[good]] = _fixed64(buf, value_at[sel[good]])
-    # Varints: as long as what is left of the message.
-    varint_rows = np.flatnonzero(
-        usual & ((kind == KIND_UINT64) | (kind == KIND_INT64) | (kind == KIND_REF))
-    )
-    varint_width = width[varint_rows]
-    usual[varint_rows[(varint_width < 1) | (varint_width > 10)]] = False
+        stats.raw[sel[good]] = _fixed64(buf, value_at[sel[good]])
+    return ok
+
+
+def _read_varint_values(buf, stats: _Stats, usual, value_at, width) -> np.ndarray:
+    """Varints: as long as what is left of the message, grouped by width so
+    that each group is read with fixed offsets. Returns False where unusual."""
+    ok = np.ones(usual.size, dtype=bool)
+    kind = stats.kind
+    rows = np.flatnonzero(usual & ((kind == KIND_UINT64) | (kind == KIND_INT64) | (kind == KIND_REF)))
+    varint_width = width[rows]
+    ok[rows[(varint_width < 1) | (varint_width > 10)]] = False
     # Group by width with a linear-time stable sort (widths fit a byte).
     order = np.argsort(np.clip(varint_width, 0, 11).astype(np.uint8), kind="stable")
-    grouped = varint_rows[order]
-    sorted_width = varint_width[order]
-    edges = np.searchsorted(sorted_width, np.arange(1, 12))
+    grouped = rows[order]
+    edges = np.searchsorted(varint_width[order], np.arange(1, 12))
     for length in range(1, 11):
         sel = grouped[edges[length - 1] : edges[length]]
         if not sel.size:
@@ -365,58 +502,47 @@ def decode_stats(buf, starts, stops, keep_lut=None, row_class=None) -> _Stats:
             byte = buf[where + j]
             good &= (byte >= 0x80) if j < length - 1 else (byte < 0x80)
             value |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-        raw[sel] = value
-        usual[sel[~good]] = False
-    # Strings and bytes: a one-byte length, then the text to the end.
-    sel = np.flatnonzero(usual & ((kind == KIND_STR) | (kind == KIND_BYTES)))
+        stats.raw[sel] = value
+        ok[sel[~good]] = False
+    return ok
+
+
+def _read_texts(buf, stats: _Stats, usual, value_at, width, stop) -> np.ndarray:
+    """Strings and bytes: a one-byte length, then the text to the end.
+    Returns False where the layout is not usual."""
+    ok = np.ones(usual.size, dtype=bool)
+    sel = np.flatnonzero(usual & ((stats.kind == KIND_STR) | (stats.kind == KIND_BYTES)))
     length = buf[value_at[sel]].astype(np.int64)
     good = (length < 0x80) & (width[sel] == 1 + length)
-    usual[sel[~good]] = False
+    ok[sel[~good]] = False
     sel = sel[good]
-    text_start[sel] = value_at[sel] + 1
-    text_stop[sel] = stop[sel]
+    stats.text_start[sel] = value_at[sel] + 1
+    stats.text_stop[sel] = stop[sel]
+    return ok
 
-    done = np.flatnonzero(usual)
-    result = [(rows[done], metadata_id[done], kind[done], raw[done], text_start[done],
-               text_stop[done])]
-    usual = np.zeros(n, dtype=bool)
-    usual[rows[done]] = True
-    other = np.flatnonzero(~usual & ~drop & (stops > starts))
-    if other.size:
-        scanned = scan_messages(
-            buf, starts[other], stops[other],
-            scalar_fields=(1, 2, 3, 4, 7), span_fields=(5, 6), oneof_fields=(2, 3, 4, 5, 6, 7),
-        )
-        o_kind = scanned.last_field.astype(np.int8)
-        o_raw = np.zeros(other.size, dtype=np.uint64)
-        for k in (KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_REF):
-            mine = o_kind == k
-            o_raw[mine] = scanned.values[k][mine]
-        o_start = np.zeros(other.size, dtype=np.int64)
-        o_stop = np.zeros(other.size, dtype=np.int64)
-        for k in (KIND_STR, KIND_BYTES):
-            owner = scanned.span_owner[k]
-            mine = o_kind[owner] == k  # the last value of the oneof wins
-            o_start[owner[mine]] = scanned.span_start[k][mine]
-            o_stop[owner[mine]] = scanned.span_stop[k][mine]
-        o_id = scanned.values[1].view(np.int64)
-        has_value = o_kind > 0
-        if keep_lut is not None:
-            in_lut = (o_id >= 0) & (o_id < keep_lut.shape[-1])
-            slot = np.where(in_lut, o_id, 0)
-            if keep_lut.ndim == 2:
-                has_value &= in_lut & keep_lut[row_class[other], slot]
-            else:
-                has_value &= in_lut & keep_lut[slot]
-        sel = np.flatnonzero(has_value)
-        result.append((other[sel], o_id[sel], o_kind[sel], o_raw[sel], o_start[sel], o_stop[sel]))
-    if len(result) == 1:
-        return _Stats(*result[0])
-    parts = [np.concatenate(column) for column in zip(*result)]
-    if other.size:
-        order = np.argsort(parts[0], kind="stable")  # keep the written order of stats
-        parts = [part[order] for part in parts]
-    return _Stats(*parts)
+
+def _decode_other_stats(buf, starts, stops, other, keep: _StatFilter) -> _Stats:
+    """Stats in any other layout (rows ``other``), through the field scanner."""
+    scanned = scan_messages(
+        buf, starts[other], stops[other],
+        scalar_fields=(1, 2, 3, 4, 7), span_fields=(5, 6), oneof_fields=(2, 3, 4, 5, 6, 7),
+    )
+    kind = scanned.last_field.astype(np.int8)
+    raw = np.zeros(other.size, dtype=np.uint64)
+    for k in (KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_REF):
+        mine = kind == k
+        raw[mine] = scanned.values[k][mine]
+    text_start = np.zeros(other.size, dtype=np.int64)
+    text_stop = np.zeros(other.size, dtype=np.int64)
+    for k in (KIND_STR, KIND_BYTES):
+        owner = scanned.span_owner[k]
+        mine = kind[owner] == k  # the last value of the oneof wins
+        text_start[owner[mine]] = scanned.span_start[k][mine]
+        text_stop[owner[mine]] = scanned.span_stop[k][mine]
+    metadata_id = scanned.values[1].view(np.int64)
+    has_value = (kind > 0) & keep.wanted(other, metadata_id)
+    stats = _Stats(other, metadata_id, kind, raw, text_start, text_stop)
+    return stats.take(np.flatnonzero(has_value))
 
 
 def concat(parts, dtype):
