@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tb_leak_plugin.eventfile.records import encode_varint
 from tb_leak_plugin.reporting import traces
 from tb_leak_plugin.xplane import schema as xplane
 from tb_leak_plugin.xplane.decode import decode_space
@@ -621,26 +622,16 @@ def test_decoder_matches_protobuf_when_fields_are_out_of_order():
             events = [e.SerializeToString() for e in line.events]
             half = len(events) // 2
             for e in events[:half]:
-                l += b"\x22" + _varint(len(e)) + e
+                l += b"\x22" + encode_varint(len(e)) + e
             header = xplane.XLine(id=line.id, name=line.name, timestamp_ns=line.timestamp_ns,
                                   duration_ps=99)
             l += header.SerializeToString()
             for e in events[half:]:
-                l += b"\x22" + _varint(len(e)) + e
-            p += b"\x1a" + _varint(len(l)) + l
-        data += b"\x0a" + _varint(len(p)) + p
+                l += b"\x22" + encode_varint(len(e)) + e
+            p += b"\x1a" + encode_varint(len(l)) + l
+        data += b"\x0a" + encode_varint(len(p)) + p
     data = bytes(data)
     assert decoded_events(data) == reference_events(data)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _reversed_event_bytes(event) -> bytes:
@@ -648,10 +639,10 @@ def _reversed_event_bytes(event) -> bytes:
     out = bytearray()
     for stat in reversed(event.stats):
         body = stat.SerializeToString()
-        out += b"\x22" + _varint(len(body)) + body
-    out += b"\x18" + _varint(event.duration_ps)
-    out += b"\x10" + _varint(event.offset_ps)
-    out += b"\x08" + _varint(event.metadata_id)
+        out += b"\x22" + encode_varint(len(body)) + body
+    out += b"\x18" + encode_varint(event.duration_ps)
+    out += b"\x10" + encode_varint(event.offset_ps)
+    out += b"\x08" + encode_varint(event.metadata_id)
     return bytes(out)
 
 
@@ -672,7 +663,7 @@ def test_analysis_survives_unusual_encodings():
                 line = plane.line("tf_Compute/1")
                 raw = _reversed_event_bytes(event)
                 del line.events[-3]
-                line.MergeFromString(b"\x22" + _varint(len(raw)) + raw)
+                line.MergeFromString(b"\x22" + encode_varint(len(raw)) + raw)
         return space.SerializeToString()
 
     usual, unusual = build(False), build(True)

@@ -14,29 +14,36 @@ from typing import Callable
 
 import numpy as np
 
+from tb_leak_plugin.eventfile import records
 from tb_leak_plugin.xplane.schema import (
     KIND_BYTES, KIND_DOUBLE, KIND_INT64, KIND_REF, KIND_STR, KIND_UINT64, XPlaneDecodeError,
 )
 
 _FAST_RECORDS_PER_ROUND = 4  # short fields read per message per round
+_MAX_VARINT_BYTES = 10
 
 # -- wire-format reading, one field at a time (structure) ------------------------------
 
 
 def read_varint(data, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise XPlaneDecodeError(f"varint runs past the end of its message at byte {pos}")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise XPlaneDecodeError(f"varint longer than 10 bytes ending at byte {pos}")
+    """The varint at ``pos`` of a message ending at ``end``: (value, position after).
+
+    Reads at most ten bytes (so a run of continuation bytes in a corrupt
+    file costs nothing), through the event files' scalar reader.
+
+    Raises:
+      XPlaneDecodeError: the varint runs past ``end`` or is over ten bytes.
+    """
+    window = data[pos : min(end, pos + _MAX_VARINT_BYTES)]
+    try:
+        value, used = records.read_varint(window, 0)
+    except IndexError:
+        if pos + len(window) >= end:
+            raise XPlaneDecodeError(
+                f"varint runs past the end of its message at byte {pos}"
+            ) from None
+        raise XPlaneDecodeError(f"varint longer than 10 bytes at byte {pos}") from None
+    return value, pos + used
 
 
 def read_fields(data, pos: int, end: int, what: str):
