@@ -12,18 +12,14 @@ from __future__ import annotations
 import collections
 import os
 
-# The demo samples every step and runs the census every few steps
-# (overhead_budget=None), so that runs of a few hundred steps reach a clear
-# verdict. In real training keep the default 1% budget.
-# run_pattern sets it to give each run about 25-50 census points.
-CENSUS_EVERY = 4
+# Every run uses the Monitor's default sampling, as a user's would: only the
+# profiler window (profile_steps) is asked for, so the Leak tab can show the op.
 
 
 def _monitor(run_dir, profile, **extra):
     import tb_leak_plugin as tbleak
 
-    return tbleak.Monitor(run_dir, overhead_budget=None, census_every_n_steps=CENSUS_EVERY,
-                          profile_steps=profile, **extra)
+    return tbleak.Monitor(run_dir, profile_steps=profile, **extra)
 
 
 def tensor_history(run_dir, leaky, steps, profile):
@@ -172,8 +168,7 @@ def keras_fit(run_dir, leaky, steps, profile):
                               keras.layers.Dense(256)])
     model.compile(optimizer="sgd", loss="mse")
     probe_batch = tf.constant(rng.normal(size=(256, 16)).astype("float32"))  # 256 KiB outputs
-    leak_callback = tbleak.keras.LeakCallback(run_dir, overhead_budget=None, census_every_n_steps=CENSUS_EVERY,
-                                              profile_steps=profile)
+    leak_callback = tbleak.keras.LeakCallback(run_dir, profile_steps=profile)
     model.fit(x, y, batch_size=32, epochs=1, verbose=0,
               callbacks=[TrackPredictions(probe_batch), leak_callback])
 
@@ -187,7 +182,7 @@ def plain_python(run_dir, leaky, steps, profile):
     rng = np.random.default_rng(0)
     kept = []
     running_mean = 0.0
-    with tbleak.Monitor(run_dir, overhead_budget=None, census_every_n_steps=CENSUS_EVERY) as monitor:
+    with tbleak.Monitor(run_dir) as monitor:
         for step in range(steps):
             batch = rng.normal(size=(64, 64))
             activations = np.tanh(batch @ batch.T)
@@ -226,8 +221,6 @@ EXPECTED_CAUSE = {
 
 def run_pattern(name: str, logdir: str, steps: int, profile: tuple[int, int] | None) -> None:
     """Run the fixed twin, then the leaky version, of one pattern into ``logdir``."""
-    global CENSUS_EVERY
-    CENSUS_EVERY = max(4, steps // 50)
     function = PATTERNS[name]
     for variant in ("fixed", "leaky"):
         run_dir = os.path.join(logdir, name, variant)

@@ -55,12 +55,22 @@ class EventWriter:
 
         self.logdir = logdir
         self._writer = RecordEventWriter(logdir, flush_secs=flush_secs)
+        self._generation = self._writer.generation
         # SeriesInfo -> encoded Summary.Value prefix, once its metadata is out.
         self._prefixes: dict[SeriesInfo, bytes] = {}
+
+    @property
+    def record_writer(self):
+        """The underlying record writer (its failure counters and notices)."""
+        return self._writer
 
     def write(self, step: int, sample: Sample, wall_time: float | None = None) -> None:
         if not sample:
             return
+        if self._writer.generation != self._generation:
+            # A new file replaced a deleted one: its first points carry metadata again.
+            self._generation = self._writer.generation
+            self._prefixes.clear()
         prefixes = self._prefixes
         event = event_pb2.Event(step=int(step), wall_time=time.time() if wall_time is None else wall_time)
         fresh = [(info, value) for info, value in sample if info not in prefixes]

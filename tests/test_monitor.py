@@ -225,12 +225,12 @@ def test_monitor_stays_within_overhead_budget(tmp_path):
 
 def test_long_run_overhead_tends_to_one_percent():
     # The budget's schedule, without a real hour of training: after T seconds
-    # a group may have spent share * (1% * T + allowance * T / (T + 1 s)).
+    # a group may have spent share * (1% * T + allowance * T / (T + 0.5 s)).
     from tb_leak_plugin.capture import monitor as monitor_lib
 
     for train_s in (2.0, 30.0, 300.0, 3 * 86400.0):
-        spent = 0.85 * (0.01 * train_s + 2.0 * train_s / (train_s + 1.0))
-        due = monitor_lib._train_time_paying(0.85, 0.01, 2.0, spent)
+        spent = 0.9 * (0.01 * train_s + 2.0 * train_s / (train_s + 0.5))
+        due = monitor_lib._train_time_paying(0.9, 0.01, 2.0, spent)
         assert abs(due - train_s) <= 1e-6 * train_s
     # After 3 days the allowance is a rounding error next to 1%.
     assert (0.01 * 259200 + 2.0) / 259200 < 0.0101

@@ -92,6 +92,13 @@ TAIL_MIN_RATIO = 0.2
 MIN_EFFECTIVE_SAMPLES = 8
 # Raw points used to estimate the noise of long series.
 NOISE_SUBSAMPLE = 20_000
+# A memory series growing unevenly (in steps) is a leak when its lower 95%
+# bound of growth over the window is at least this share of its level.
+STAIRCASE_MIN_GROWTH = 0.02
+# A point further than this many sd of the point-to-point noise from both its
+# neighbours, which agree with each other, is an isolated spike (a bad
+# reading), left out so that one point cannot flip a verdict.
+SPIKE_NOISE_SD = 25.0
 # Fewer finite samples than this are never judged.
 MIN_SAMPLES = 5
 # Series shorter than this are judged by `_decide_small` (the warm-up, onset
@@ -192,6 +199,7 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
       A `TrendResult`. Never raises on numeric input of any length.
     """
     steps_f, values_f, walls_f, dropped = _prepare(steps, values, wall_times)
+    steps_f, values_f, walls_f, spikes = _drop_spikes(steps_f, values_f, walls_f)
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
         return _too_few(n, dropped, unit, min_samples, walls_f)
@@ -233,9 +241,11 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         # drifts from cycle to cycle when the sampling interval beats against
         # the period: the floor can wander by one ramp step with no leak at all.
         aliasing = max(0.0, ramp * float(np.median(np.diff(t_blk))))
-    steps_per_second = _steps_per_second(steps_f, walls_f, an.t_onset)
-    return _decide(an, n, dropped, unit, noise, noise_floor, aliasing, steps_per_second,
-                   available_bytes, resets.size if sawtooth else 0, steps_f)
+    return _decide(_Evidence(
+        an=an, steps=steps_f, n=n, dropped=dropped, spikes=spikes, unit=unit, noise=noise,
+        noise_floor=noise_floor, aliasing=aliasing, level=float(np.median(np.abs(values_f))),
+        sps=_steps_per_second(steps_f, walls_f, an.t_onset), available_bytes=available_bytes,
+        n_resets=resets.size if sawtooth else 0))
 
 
 # --------------------------------------------------------------------------- preparation
@@ -281,6 +291,33 @@ def _prepare(steps, values, wall_times):
             s, v = s[keep], v[keep]
             w = w[keep] if w is not None else None
     return s, v, w, dropped
+
+
+def _drop_spikes(t, y, w):
+    """Leave out isolated spikes: a point far from both neighbours, which agree.
+
+    A buffer reset or a step is a change of level (the neighbours disagree);
+    a spike goes and comes back. Returns the arrays without spikes and their count.
+    """
+    if y.size < 5:
+        return t, y, w, 0
+    d = np.diff(y)
+    scale = robust_sd(d) / math.sqrt(2.0)
+    level = float(np.median(np.abs(y)))
+    if not scale > 0:
+        scale = 1e-3 * level if level > 0 else 0.0
+    if not scale > 0:
+        return t, y, w, 0
+    bar = SPIKE_NOISE_SD * scale
+    left, right = y[1:-1] - y[:-2], y[1:-1] - y[2:]
+    across = np.abs(y[2:] - y[:-2])
+    spike = (np.abs(left) > bar) & (np.abs(right) > bar) & (np.sign(left) == np.sign(right)) \
+        & (across < 0.25 * np.minimum(np.abs(left), np.abs(right)))
+    if not spike.any():
+        return t, y, w, 0
+    keep = np.ones(y.size, dtype=bool)
+    keep[1:-1] = ~spike
+    return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
 
 
 def _aggregate_blocks(t, y):
@@ -332,19 +369,78 @@ def _steps_per_second(t, w, t_from):
 # --------------------------------------------------------------------------- verdict
 
 
-def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_bytes,
-            n_resets, steps):
-    sawtooth = n_resets > 0
-    window = an.t_end - an.t_onset
-    growth = an.slope * window
-    growth_se = an.slope_se * window
+@dataclasses.dataclass
+class _Evidence:
+    """What a verdict on one (long enough) series rests on."""
+
+    an: object               # the fitted shapes (``_shapes.Analysis``)
+    steps: np.ndarray        # finite sample steps, sorted
+    n: int                   # finite samples
+    dropped: int             # non-finite samples left out
+    spikes: int              # isolated spikes left out
+    unit: str
+    noise: float             # robust sd of samples around the fit, in ``unit``
+    noise_floor: float       # noise, at least a rounding error of the level
+    aliasing: float          # how far a sawtooth's floor can wander from sampling alone
+    level: float             # median |value|
+    sps: float | None        # training steps per second
+    available_bytes: float | None
+    n_resets: int            # sawtooth resets (0: no sawtooth)
+
+    @property
+    def window(self) -> float:
+        return self.an.t_end - self.an.t_onset
+
+    @property
+    def common(self) -> dict:
+        return {"samples": self.n, "noise": self.noise, "unit": self.unit, "dropped_samples": self.dropped}
+
+    @property
+    def note(self) -> str:
+        return _samples_note(self.n, self.dropped, self.spikes)
+
+
+@dataclasses.dataclass
+class _Checks:
+    """The tests a leak must pass, and the numbers they used."""
+
+    growth: float            # fitted growth over the window
+    growth_se: float
+    material: float          # the bar growth must clear
+    significant: bool
+    is_material: bool
+    stopped: bool            # the tail is confidently flatter than the slope
+    weak_tail: bool          # the tail estimate is far below the slope (or missing)
+    survives_step: bool      # growth is not better explained by one step
+    step_better: bool
+    staircase: bool          # memory growing in steps whose lower bound is material
+    p_value: float
+
+    @property
+    def leaks(self) -> bool:
+        steady = self.significant and self.is_material and not self.stopped and not self.weak_tail \
+            and self.survives_step
+        return steady or self.staircase
+
+
+def _decide(ev: _Evidence) -> TrendResult:
+    checks = _leak_checks(ev)
+    if checks.leaks:
+        return _leak_result(ev, checks)
+    clean = _clean_result(ev, checks)
+    if clean is not None:
+        return clean
+    return _inconclusive_result(ev, checks)
+
+
+def _leak_checks(ev: _Evidence) -> _Checks:
+    an = ev.an
+    growth = an.slope * ev.window
+    growth_se = an.slope_se * ev.window
     # Aliasing raises the bar for a leak but never lowers the bar for "no_leak":
     # coarse sampling hides a leak as easily as it fakes one.
-    material = max(MATERIAL_NOISE_SD * noise_floor, aliasing)
-    no_leak_bound = NO_LEAK_NOISE_SD * noise_floor
-
+    material = max(MATERIAL_NOISE_SD * ev.noise_floor, ev.aliasing)
     significant = an.slope > 0 and an.p < ALPHA_LEAK
-    is_material = growth >= material
     # Without a tail to look at, persistence cannot be checked: no leak verdict.
     stopped, weak_tail = False, an.tail is None
     if an.tail is not None:
@@ -355,49 +451,117 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
     step_better = st is not None and st["step_better"]
     survives_step = not step_better or (
         st["after_slope"] > 0 and st["after_p"] < ALPHA_AFTER_STEP
-        and st["after_slope"] * window >= 0.5 * material)
+        and st["after_slope"] * ev.window >= 0.5 * material)
     p_value = max(an.p, st["after_p"]) if step_better else an.p
-
-    samples_note = _samples_note(n, dropped)
-    common = {"samples": n, "noise": noise, "unit": unit, "dropped_samples": dropped}
-
-    if significant and is_material and not stopped and not weak_tail and survives_step:
-        t975 = t_ppf(0.975, an.df)
-        lo, hi = an.slope - t975 * an.slope_se, an.slope + t975 * an.slope_se
-        conf = min(1.0 - p_value, t_cdf((growth - material) / max(growth_se, 1e-300), an.df))
-        sec_ex = steps_ex = None
-        if unit == "bytes" and available_bytes is not None:
-            avail = _as_float(available_bytes)
-            if math.isfinite(avail) and avail >= 0:
-                steps_ex = avail / an.slope
-                sec_ex = steps_ex / sps if sps else None
-        where = " across buffer resets" if sawtooth else ""
-        if an.model == "saturating":
-            where += " (beyond a cache filling up)"
-        reason = (f"{'floor ' if sawtooth else ''}grows {_fmt(an.slope, unit)}/step "
-                  f"(95% CI {_fmt_range(lo, hi, unit)}) over the last "
-                  f"{_samples_since(steps, an.t_onset)} of {n} samples since step "
-                  f"{int(an.t_onset)}{where}{samples_note}")
-        return TrendResult(
-            verdict="leak", confidence=_clip01(conf), slope_per_step=an.slope,
-            slope_ci=(lo, hi), slope_per_hour=an.slope * sps * 3600.0 if sps else None,
-            p_value=p_value, onset_step=int(an.t_onset), warmup_end_step=_warmup_step(an),
-            total_growth=growth, seconds_to_exhaustion=sec_ex, steps_to_exhaustion=steps_ex,
-            fit=_fit_dict(an.t_onset, an.t_end, an.level, an.slope, lo, hi),
-            reason=reason, shape=_LEAK_SHAPES[(sawtooth, an.model)], **common)
-
-    # Not a leak. Say "no_leak" only when some explanation bounds the ongoing
-    # growth below the noise; otherwise the data cannot tell.
+    # Memory that grows in steps (RSS maps memory a few MiB at a time): the
+    # whole window's lower bound of growth, if it is a material share of the
+    # level and the growth has not stopped, is a leak however uneven.
     l_level, l_slope, l_se, l_df = an.line
     line_window = an.t_end - an.t_warmup
+    line_lo = l_slope - t_ppf(0.975, l_df) * l_se
+    staircase = (ev.unit == "bytes" and an.tail is not None and not stopped and line_lo > 0
+                 and line_lo * line_window >= STAIRCASE_MIN_GROWTH * ev.level
+                 and line_lo * line_window >= material)
+    if staircase and not (significant and not stopped and not weak_tail and survives_step):
+        p_value = t_sf(l_slope / l_se, l_df) if l_se > 0 else 0.0
+    return _Checks(growth=growth, growth_se=growth_se, material=material, significant=significant,
+                   is_material=growth >= material, stopped=stopped, weak_tail=weak_tail,
+                   survives_step=survives_step, step_better=step_better, staircase=staircase,
+                   p_value=p_value)
+
+
+def _exhaustion(ev: _Evidence, slope: float):
+    """(seconds, steps) until available memory runs out at ``slope`` bytes/step."""
+    if ev.unit != "bytes" or ev.available_bytes is None or not slope > 0:
+        return None, None
+    avail = _as_float(ev.available_bytes)
+    if not (math.isfinite(avail) and avail >= 0):
+        return None, None
+    steps_ex = avail / slope
+    return (steps_ex / ev.sps if ev.sps else None), steps_ex
+
+
+def _leak_result(ev: _Evidence, checks: _Checks) -> TrendResult:
+    an, unit = ev.an, ev.unit
+    sawtooth = ev.n_resets > 0
+    if checks.staircase and not (checks.significant and checks.is_material and not checks.weak_tail
+                                 and checks.survives_step):
+        return _staircase_result(ev, checks)
+    t975 = t_ppf(0.975, an.df)
+    lo, hi = an.slope - t975 * an.slope_se, an.slope + t975 * an.slope_se
+    conf = min(1.0 - checks.p_value,
+               t_cdf((checks.growth - checks.material) / max(checks.growth_se, 1e-300), an.df))
+    sec_ex, steps_ex = _exhaustion(ev, an.slope)
+    where = " across buffer resets" if sawtooth else ""
+    if an.model == "saturating":
+        where += " (beyond a cache filling up)"
+    reason = (f"{'floor ' if sawtooth else ''}grows {_fmt(an.slope, unit)}/step "
+              f"(95% CI {_fmt_range(lo, hi, unit)}) over the last "
+              f"{_samples_since(ev.steps, an.t_onset)} of {ev.n} samples since step "
+              f"{int(an.t_onset)}{where}{ev.note}")
+    return TrendResult(
+        verdict="leak", confidence=_clip01(conf), slope_per_step=an.slope,
+        slope_ci=(lo, hi), slope_per_hour=an.slope * ev.sps * 3600.0 if ev.sps else None,
+        p_value=checks.p_value, onset_step=int(an.t_onset), warmup_end_step=_warmup_step(an),
+        total_growth=checks.growth, seconds_to_exhaustion=sec_ex, steps_to_exhaustion=steps_ex,
+        fit=_fit_dict(an.t_onset, an.t_end, an.level, an.slope, lo, hi),
+        reason=reason, shape=_LEAK_SHAPES[(sawtooth, an.model)], **ev.common)
+
+
+def _staircase_result(ev: _Evidence, checks: _Checks) -> TrendResult:
+    an, unit = ev.an, ev.unit
+    l_level, l_slope, l_se, l_df = an.line
+    line_window = an.t_end - an.t_warmup
+    lt = t_ppf(0.975, l_df)
+    lo, hi = l_slope - lt * l_se, l_slope + lt * l_se
+    sec_ex, steps_ex = _exhaustion(ev, l_slope)
+    share = lo * line_window / ev.level if ev.level > 0 else math.nan
+    reason = (f"grows in steps: {_fmt(l_slope, unit)}/step on average (95% CI {_fmt_range(lo, hi, unit)}), "
+              f"at least {_fmt(lo * line_window, unit)} ({share:.1%} of its level) over the last "
+              f"{_samples_since(ev.steps, an.t_warmup)} of {ev.n} samples, and not slowing{ev.note}")
+    return TrendResult(
+        verdict="leak", confidence=_clip01(1.0 - checks.p_value), slope_per_step=l_slope,
+        slope_ci=(lo, hi), slope_per_hour=l_slope * ev.sps * 3600.0 if ev.sps else None,
+        p_value=checks.p_value, onset_step=int(an.t_warmup), warmup_end_step=_warmup_step(an),
+        total_growth=l_slope * line_window, seconds_to_exhaustion=sec_ex, steps_to_exhaustion=steps_ex,
+        fit=_fit_dict(an.t_warmup, an.t_end, l_level, l_slope, lo, hi),
+        reason=reason, shape="growth_in_steps", **ev.common)
+
+
+def _line_base(ev: _Evidence) -> dict:
+    """Fields of a not-leak result: the straight line over the post-warm-up window."""
+    an = ev.an
+    l_level, l_slope, l_se, l_df = an.line
+    line_window = an.t_end - an.t_warmup
+    lt = t_ppf(0.975, l_df)
+    line_lo, line_hi = l_slope - lt * l_se, l_slope + lt * l_se
+    return dict(slope_per_step=l_slope, slope_ci=(line_lo, line_hi),
+                slope_per_hour=l_slope * ev.sps * 3600.0 if ev.sps else None,
+                onset_step=None, warmup_end_step=_warmup_step(an),
+                total_growth=l_slope * line_window, seconds_to_exhaustion=None,
+                steps_to_exhaustion=None,
+                fit=_fit_dict(an.t_warmup, an.t_end, l_level, l_slope, line_lo, line_hi),
+                **ev.common)
+
+
+def _bounded_explanations(ev: _Evidence, checks: _Checks) -> tuple[dict, float]:
+    """Explanations (flat, filling, plateau, step) that bound ongoing growth
+    below ``NO_LEAK_NOISE_SD`` noise, with their confidence; and the best
+    confidence of any explanation."""
+    an = ev.an
+    window = ev.window
+    st = an.step
+    l_level, l_slope, l_se, l_df = an.line
+    line_window = an.t_end - an.t_warmup
+    no_leak_bound = NO_LEAK_NOISE_SD * ev.noise_floor
     # Significant growth that no structure explains is never called "no_leak",
     # however small against the noise: the noise may be the thing that is wrong.
-    explanations = {} if significant else {"flat": (l_slope, l_se, l_df, line_window)}
+    explanations = {} if checks.significant else {"flat": (l_slope, l_se, l_df, line_window)}
     if an.filling is not None:
         explanations["saturating"] = an.filling + (window,)
-    if an.tail is not None and stopped:
+    if an.tail is not None and checks.stopped:
         explanations["stopped"] = an.tail + (window,)
-    if step_better and st["height"] > 4 * st["height_se"]:
+    if checks.step_better and st["height"] > 4 * st["height_se"]:
         explanations["step"] = (st["after_slope"], st["after_se"], st["after_df"], window)
     bounded, conf_clean = {}, 0.0
     for kind, (b, se, df, span) in explanations.items():
@@ -406,21 +570,21 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
         conf_clean = max(conf_clean, conf)
         if upper < no_leak_bound and df >= MIN_EFFECTIVE_SAMPLES:
             bounded[kind] = (upper, conf)
-    lt = t_ppf(0.975, l_df)
-    line_lo, line_hi = l_slope - lt * l_se, l_slope + lt * l_se
-    base = dict(slope_per_step=l_slope, slope_ci=(line_lo, line_hi),
-                slope_per_hour=l_slope * sps * 3600.0 if sps else None,
-                onset_step=None, warmup_end_step=_warmup_step(an),
-                total_growth=l_slope * line_window, seconds_to_exhaustion=None,
-                steps_to_exhaustion=None,
-                fit=_fit_dict(an.t_warmup, an.t_end, l_level, l_slope, line_lo, line_hi),
-                **common)
+    return bounded, conf_clean
 
+
+def _clean_result(ev: _Evidence, checks: _Checks) -> TrendResult | None:
+    """``no_leak`` when some explanation bounds the ongoing growth below the noise."""
+    an, unit = ev.an, ev.unit
+    st = an.step
+    bounded, _conf = _bounded_explanations(ev, checks)
     # The most specific explanation first; a step smaller than the bar for a
     # leak is noise to the reader, not news.
-    big_step = step_better and st["height"] >= material
+    big_step = checks.step_better and st["height"] >= checks.material
     order = ("step", "saturating", "stopped", "flat") if big_step else (
         "saturating", "stopped", "flat", "step")
+    p_value = checks.p_value
+    window = ev.window
     for kind in order:
         if kind not in bounded:
             continue
@@ -433,43 +597,55 @@ def _decide(an, n, dropped, unit, noise, noise_floor, aliasing, sps, available_b
         elif kind == "saturating":
             reason = (f"growth slows to a plateau (a cache or buffer filling up); "
                       f"at most {upper_txt} ongoing growth over the last "
-                      f"{_samples_since(steps, an.t_onset)} samples")
+                      f"{_samples_since(ev.steps, an.t_onset)} samples")
         elif kind == "stopped":
             t_slope, t_se, t_df = an.tail
             p_value = max(p_value, t_sf(t_slope / t_se, t_df) if t_se > 0 else 1.0)
             reason = (f"grew until about step {int(an.t_end - TAIL_FRACTION * window)}, "
                       f"then stopped: at most {upper_txt} more over the last "
-                      f"{_samples_since(steps, an.t_end - TAIL_FRACTION * window)} samples")
-        elif sawtooth:
-            reason = (f"a buffer that fills and is cleared ({n_resets} resets); its floor "
+                      f"{_samples_since(ev.steps, an.t_end - TAIL_FRACTION * window)} samples")
+        elif ev.n_resets:
+            reason = (f"a buffer that fills and is cleared ({ev.n_resets} resets); its floor "
                       f"grows at most {upper_txt} over the run")
         else:
             reason = (f"no material growth: at most {upper_txt} over the last "
-                      f"{_samples_since(steps, an.t_warmup)} of {n} samples (noise "
-                      f"{_fmt(noise, unit)})")
-        shape = "resets" if sawtooth and kind == "flat" else _CLEAN_SHAPES[kind]
+                      f"{_samples_since(ev.steps, an.t_warmup)} of {ev.n} samples (noise "
+                      f"{_fmt(ev.noise, unit)})")
+        shape = "resets" if ev.n_resets and kind == "flat" else _CLEAN_SHAPES[kind]
         return TrendResult(verdict="no_leak", confidence=_clip01(conf), p_value=p_value,
-                           reason=reason + samples_note, shape=shape, **base)
+                           reason=reason + ev.note, shape=shape, **_line_base(ev))
+    return None
 
-    conf_leak = t_cdf((growth - material) / max(growth_se, 1e-300), an.df)
-    if significant and is_material and an.tail is None:
+
+def _inconclusive_result(ev: _Evidence, checks: _Checks) -> TrendResult:
+    an, unit = ev.an, ev.unit
+    _bounded, conf_clean = _bounded_explanations(ev, checks)
+    base = _line_base(ev)
+    line_lo, line_hi = base["slope_ci"]
+    line_window = an.t_end - an.t_warmup
+    conf_leak = t_cdf((checks.growth - checks.material) / max(checks.growth_se, 1e-300), an.df)
+    if checks.significant and checks.is_material and an.tail is None:
         why = "too few points since the onset to check that growth persists"
-    elif significant and is_material and (stopped or weak_tail):
+    elif checks.significant and checks.is_material and (checks.stopped or checks.weak_tail):
         why = "growth may have stopped near the end"
-    elif significant and is_material and not survives_step:
+    elif checks.significant and checks.is_material and not checks.survives_step:
         why = "the growth is mostly one step"
     elif an.model == "saturating":
         why = "growth is slowing but may not stop"
-    elif significant:
+    elif checks.significant:
         why = "growth is small against the noise"
+    elif line_lo > 0:
+        # The straight line grows for sure, but the shape that fits best
+        # (a filling cache, a late onset) does not: the growth is uneven.
+        why = "grows, but unevenly (in steps, or slowing)"
     else:
         why = "too noisy to tell"
     reason = (f"{why}: growth of {_fmt_range(line_lo * line_window, line_hi * line_window, unit)}"
-              f" (95% CI) over the last {_samples_since(steps, an.t_warmup)} of {n} samples, "
-              f"noise {_fmt(noise, unit)}{samples_note}")
+              f" (95% CI) over the last {_samples_since(ev.steps, an.t_warmup)} of {ev.n} samples, "
+              f"noise {_fmt(ev.noise, unit)}{ev.note}")
     return TrendResult(verdict="inconclusive",
                        confidence=_clip01(1.0 - max(conf_leak, conf_clean)),
-                       p_value=p_value, reason=reason, shape="unclear", **base)
+                       p_value=checks.p_value, reason=reason, shape="unclear", **base)
 
 
 def _as_float(x):
@@ -494,10 +670,13 @@ def _samples_since(steps, t_from):
     return int(steps.size - np.searchsorted(steps, t_from))
 
 
-def _samples_note(n, dropped):
-    if not dropped:
-        return ""
-    return f" ({dropped} non-finite sample{'s' if dropped != 1 else ''} dropped)"
+def _samples_note(n, dropped, spikes=0):
+    notes = []
+    if dropped:
+        notes.append(f"{dropped} non-finite sample{'s' if dropped != 1 else ''} dropped")
+    if spikes:
+        notes.append(f"{spikes} isolated spike{'s' if spikes != 1 else ''} left out")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _too_few(n, dropped, unit, min_samples, walls=None):

@@ -8,13 +8,12 @@ last measured cost.
 
 The budget is 1% of the training time so far plus an allowance of 2 s per
 run that is released over the first seconds of training (half of it after
-1 s, two thirds after 2 s, ...): a 2-second repro gets a handful of heap
-walks spread over its length, a 3-day job stays at 1%. So that samples stay
-spread out whatever the run's length, a group also waits at least 1/K of the
-training time so far since its last run (K = 1024 for the counters, 64 for
-the heap walk): the interval grows with the run, and the number of samples
-only with its logarithm. The first sample and ``close()`` always run every
-group: a baseline and a final point.
+0.5 s, 80% after 2 s): a 2-second repro gets a handful of heap walks, a
+3-day job stays at 1%. So that samples stay spread out whatever the run's
+length, a group also waits after its n-th run until training time has grown
+by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds)
+or 1 + 0.01/(n + 1) (the cheap counters). The first sample and ``close()``
+always run every group: a baseline and a final point.
 
 A probe that raises is logged once and dropped; ``sample`` never raises into
 the training loop. The monitor keeps no references to user objects.
@@ -25,7 +24,9 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import os
 import sys
+import threading
 import time
 import weakref
 
@@ -38,24 +39,34 @@ logger = logging.getLogger("tb_leak_plugin")
 # TensorFlow loaded (about 60 ns); only a prior until the first census runs.
 _CENSUS_SECONDS_PER_BLOCK = 60e-9
 
-# Consecutive failed writes after which the monitor stops sampling.
+# Consecutive failed writes (or flushes) after which the monitor stops sampling.
 _MAX_WRITE_FAILURES = 3
+
+# One heap walk at a time in the process: a census must not count (and scan)
+# another thread's object list. A walk that finds another running skips.
+_HEAP_WALK = threading.Lock()
 
 DEFAULT_PROBES = ("process", "python", "malloc", "tf", "gc", "objects", "tensors", "tf_function")
 
 # The fixed allowance (seconds of monitor time per run) is released over
 # training time t as allowance * t / (t + ALLOWANCE_HALF_S).
 DEFAULT_ALLOWANCE_S = 2.0
-ALLOWANCE_HALF_S = 1.0
+ALLOWANCE_HALF_S = 0.5
 
-# Shares of the budget and spacing (a run waits 1/K of the training time so
-# far since its last run). The heap walk is the most informative and the most
-# expensive group.
+# Shares of the budget, and how runs are spread. A unit waits after its n-th
+# run until the training time has grown by a factor 1 + spread / (n + 1)
+# (and at least ``min_gap_s``): with spread 2 a run of T seconds gets about
+# sqrt(T) heap walks, spread evenly enough whatever T turns out to be; with
+# spread 0.01 the cheap counters are limited by the budget alone in short
+# runs and to a few thousand points in long ones. The heap walk is the most
+# informative and the most expensive group.
 _GROUPS = {
-    "cheap": {"share": 0.1, "spacing_k": 1024},
-    "heap": {"share": 0.85, "spacing_k": 64},
-    "uss": {"share": 0.05, "spacing_k": 256},
+    "cheap": {"share": 0.07, "spread": 0.01, "min_gap_s": 0.0},
+    "heap": {"share": 0.9, "spread": 2.0, "min_gap_s": 0.25},
+    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.25},
 }
+# Room kept in the budget for the final run at close(), in runs of the unit.
+_FINAL_RESERVE = 0.5
 
 
 class _Unit:
@@ -63,18 +74,19 @@ class _Unit:
 
     ``spent_s`` is the monitor time the unit has used so far; the unit is
     due at the training time ``due_train_s`` at which its share of the
-    budget pays for one more run at its last measured cost, and which is at
-    least ``1/spacing_k`` of the training time past its last run.
+    budget pays for one more run at its last measured cost (keeping room
+    for the final run), and which is far enough past its last run.
     """
 
-    __slots__ = ("name", "probes", "share", "spacing_k", "min_steps", "cost_s", "spent_s", "due_train_s",
-                 "last_step", "last_train_s", "runs", "needs_objects")
+    __slots__ = ("name", "probes", "share", "spread", "min_gap_s", "min_steps", "cost_s", "spent_s",
+                 "due_train_s", "last_step", "last_train_s", "runs", "needs_objects")
 
-    def __init__(self, name, probes, share, spacing_k, min_steps):
+    def __init__(self, name, probes, share, spread, min_gap_s, min_steps):
         self.name = name
         self.probes = probes
         self.share = share
-        self.spacing_k = spacing_k
+        self.spread = spread
+        self.min_gap_s = min_gap_s
         self.min_steps = max(1, int(min_steps))
         self.cost_s = 0.0
         self.spent_s = 0.0
@@ -88,9 +100,10 @@ class _Unit:
         if budget is None:
             self.due_train_s = self.last_train_s
             return
-        # One more run now, and room kept for the final run at close().
-        paid = _train_time_paying(self.share, budget, allowance_s, self.spent_s + 2.0 * self.cost_s)
-        spaced = self.last_train_s * self.spacing_k / (self.spacing_k - 1)
+        need = self.spent_s + (1.0 + _FINAL_RESERVE) * self.cost_s
+        paid = _train_time_paying(self.share, budget, allowance_s, need)
+        spaced = max(self.last_train_s * (1.0 + self.spread / (self.runs + 1)),
+                     self.last_train_s + self.min_gap_s)
         self.due_train_s = max(paid, spaced)
 
 
@@ -168,10 +181,21 @@ class Monitor:
         self.overhead_allowance_s = float(overhead_allowance_s)
         self.census_collects_garbage = bool(census_collects_garbage)
         self._logged: set[str] = set()
-        if logdir is not None:
-            self._writer = EventWriter(logdir, flush_secs=flush_secs)
-        else:
-            self._writer = TFSummaryWriter(writer)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._stopped = False
+        try:
+            if logdir is not None:
+                self._writer = EventWriter(logdir, flush_secs=flush_secs)
+            else:
+                self._writer = TFSummaryWriter(writer)
+        except OSError as error:
+            # A read-only or missing logdir must not end the job: training
+            # matters more than our summaries.
+            self._log_once(f"cannot write to {logdir!r} ({type(error).__name__}: {error}); "
+                           "the monitor does not sample in this run")
+            self._writer = _NullWriter()
+            self._stopped = True
         self._finalizer = weakref.finalize(self, _close_quietly, self._writer)
 
         made = probes_lib.make_probes(
@@ -185,7 +209,8 @@ class Monitor:
         present = {name: members for name, members in groups.items() if members[0]}
         total_share = sum(_GROUPS[name]["share"] for name in present) or 1.0
         self._units = [
-            _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spacing_k"], min_steps)
+            _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spread"],
+                  _GROUPS[name]["min_gap_s"], min_steps)
             for name, (members, min_steps) in present.items()
         ]
         # Before the heap walk has run, its cost is estimated from the heap size.
@@ -216,8 +241,14 @@ class Monitor:
         probe is due); decides itself which probes run. Never raises.
         """
         entered = time.perf_counter()
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is sampling this monitor right now
         try:
-            if self._closed:
+            if self._closed or self._stopped:
+                return
+            if os.getpid() != self._pid:
+                self._stop(f"this process (pid {os.getpid()}) was forked from the one that made the Monitor; "
+                           "it stops sampling here (create a Monitor in the child to follow it)")
                 return
             self._train_s += entered - self._last_return
             step = self._step + 1 if step is None else int(step)
@@ -232,31 +263,53 @@ class Monitor:
             done = time.perf_counter()
             self._monitor_s += done - entered
             self._last_return = done
+            self._lock.release()
 
     def close(self) -> None:
         """Take a last sample of every probe group (at the last step sampled,
         so the series end where training did), stop any profiler window,
         flush and close the writer. Idempotent; never raises."""
-        if self._closed:
-            return
-        if self.overhead_budget is not None:
-            try:
-                self._final_sample()
-            except Exception as error:
-                self._log_once(f"final sample failed: {type(error).__name__}: {error}")
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            if self.overhead_budget is not None and not self._stopped and os.getpid() == self._pid:
+                try:
+                    self._final_sample()
+                except Exception as error:
+                    self._log_once(f"final sample failed: {type(error).__name__}: {error}")
+            self._closed = True
         if self._profiler is not None:
             try:
                 self._profiler.close()
             except Exception as error:
                 self._log_once(f"profiler stop failed: {error}")
-        self._finalizer()
+        try:
+            self._finalizer()
+        except Exception as error:
+            self._log_once(f"closing the event file failed: {type(error).__name__}: {error}")
+        self._report_writer()
 
     def flush(self) -> None:
+        """Write pending points now (the CLI and TensorBoard see them). Never raises."""
         try:
             self._writer.flush()
         except Exception as error:
             self._log_once(f"flush failed: {error}")
+
+    def _stop(self, message: str) -> None:
+        self._stopped = True
+        self._units = []
+        self._log_once(message)
+
+    def _report_writer(self) -> None:
+        record_writer = getattr(self._writer, "record_writer", None)
+        if record_writer is None:
+            return
+        for notice in list(record_writer.notices):
+            self._log_once(notice)
+        if record_writer.dropped_records:
+            self._log_once(f"{record_writer.dropped_records} samples were dropped: the event file could not "
+                           f"be written and the backlog is full")
 
     def __enter__(self) -> "Monitor":
         return self
@@ -317,8 +370,16 @@ class Monitor:
         census = None
         sample = []
         costs = {}
+        walking = any(u.needs_objects for u in due)
+        if walking and not _HEAP_WALK.acquire(blocking=False):
+            # Another monitor (another thread) is walking the heap: take the
+            # cheap probes now and the heap walk at a later sample.
+            due = [u for u in due if not u.needs_objects]
+            walking = False
+            if not due:
+                return
         try:
-            if any(u.needs_objects for u in due):
+            if walking:
                 started = time.perf_counter()
                 if self.census_collects_garbage:
                     gc.collect()
@@ -341,10 +402,15 @@ class Monitor:
             # Release the object list before writing: the census keeps nothing.
             if census is not None:
                 census.release()
+            if walking:
+                _HEAP_WALK.release()
         started = time.perf_counter()
         try:
             if sample:
                 self._writer.write(step, sample)
+            record_writer = getattr(self._writer, "record_writer", None)
+            if record_writer is not None and record_writer.failed_flushes:
+                raise OSError(f"{record_writer.failed_flushes} flushes of the event file failed in a row")
             self._write_failures = 0
         except Exception as error:
             # A full disk or a vanished directory: the units are still
@@ -353,13 +419,21 @@ class Monitor:
             self._write_failures += 1
             self._log_once(f"writing summaries failed ({type(error).__name__}: {error})")
             if self._write_failures >= _MAX_WRITE_FAILURES:
-                self._log_once(f"{_MAX_WRITE_FAILURES} writes failed in a row; the monitor stops sampling")
-                self._units = []
+                self._stop(f"{_MAX_WRITE_FAILURES} writes failed in a row; the monitor stops sampling "
+                           "(what is pending is written at close() if space returns)")
         write_cost = (time.perf_counter() - started) / len(due)
         for unit in due:
             # Writing is paid for by the groups that produced the values.
             cost = costs.get(unit.name, 0.0) + write_cost
-            unit.cost_s = cost if unit.runs == 0 else 0.5 * unit.cost_s + 0.5 * cost
+            if unit.runs == 0:
+                # The first run pays one-time costs (the collector's first full
+                # pass over a young heap, TensorFlow's first eager op): schedule
+                # on the heap-size estimate until a second run is measured.
+                unit.cost_s = min(cost, unit.cost_s) if unit.cost_s > 0 else cost
+            elif unit.runs == 1:
+                unit.cost_s = cost
+            else:
+                unit.cost_s = 0.5 * unit.cost_s + 0.5 * cost
             unit.spent_s += cost
             unit.last_step = step
             unit.last_train_s = now
@@ -398,6 +472,19 @@ class Monitor:
             return
         self._logged.add(message)
         logger.warning("tb-leak: %s", message)
+
+
+class _NullWriter:
+    """Stands in for a writer that could not be created: writes nothing."""
+
+    def write(self, step, sample, wall_time=None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _close_quietly(writer) -> None:

@@ -226,15 +226,26 @@ class Census:
 
     def __init__(self, objects: list):
         self.objects = objects
+        self._kinds: list | None = None
         self._by_type: collections.Counter | None = None
         self._wanted: set = set()
         self._selected: dict | None = None
+
+    def kinds(self) -> list:
+        """``type(obj)`` of every object, in order (one pass, shared by every filter)."""
+        if self._kinds is None:
+            self._kinds = list(map(type, self.objects))
+        return self._kinds
+
+    def where_type_in(self, kinds: frozenset) -> list:
+        """Objects whose exact type is in ``kinds``."""
+        return list(itertools.compress(self.objects, map(kinds.__contains__, self.kinds())))
 
     def by_type(self) -> collections.Counter:
         """Live count per type object (computed once per census)."""
         if self._by_type is None:
             try:
-                self._by_type = collections.Counter(map(type, self.objects))
+                self._by_type = collections.Counter(self.kinds())
             except TypeError:
                 # A metaclass that defines __eq__ without __hash__ makes its
                 # classes unhashable: count by the type's id, then leave out
@@ -268,8 +279,7 @@ class Census:
         return out
 
     def _select(self, kinds: set) -> dict:
-        wanted = frozenset(kinds)
-        chosen = list(itertools.compress(self.objects, map(wanted.__contains__, map(type, self.objects))))
+        chosen = self.where_type_in(frozenset(kinds))
         buckets: dict = {kind: [] for kind in kinds}
         for obj in chosen:
             buckets[type(obj)].append(obj)
@@ -277,6 +287,7 @@ class Census:
 
     def release(self) -> None:
         self.objects = []
+        self._kinds = None
         self._by_type = None
         self._selected = None
         self._wanted = set()
@@ -488,15 +499,26 @@ def _may_hold_arrays(kind: type) -> bool:
         return True
 
 
-def _library_globals() -> set[int]:
-    """ids of the module dicts of library packages (see ``_LIBRARY_PACKAGES``)."""
+_library_globals_cache: tuple[int, frozenset] = (-1, frozenset())
+
+
+def _library_globals() -> frozenset:
+    """ids of the module dicts of library packages (see ``_LIBRARY_PACKAGES``);
+    recomputed only when the set of imported modules changes size."""
+    global _library_globals_cache
+    modules = sys.modules
+    if _library_globals_cache[0] == len(modules):
+        return _library_globals_cache[1]
     ids = set()
-    for name, module in list(sys.modules.items()):
+    for name, module in list(modules.items()):
         if module is not None and _is_library(name):
-            namespace = getattr(module, "__dict__", None)
-            if namespace is not None:
-                ids.add(id(namespace))
-    return ids
+            try:
+                namespace = object.__getattribute__(module, "__dict__")  # no lazy-module hooks
+            except Exception:
+                continue
+            ids.add(id(namespace))
+    _library_globals_cache = (len(modules), frozenset(ids))
+    return _library_globals_cache[1]
 
 
 def _split_referents(objects, ndarray) -> tuple[list, list]:
@@ -526,12 +548,18 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
     # defined in Python (their attributes), outside library packages. Not the
     # many functions, types, cells, which would only add referents to scan.
     holder_types = _holder_types(census, holder_cache if holder_cache is not None else {})
-    holders = list(itertools.compress(objects, map(holder_types.__contains__, map(type, objects))))
+    holders = census.where_type_in(holder_types)
     skip = _library_globals()
     holders = list(itertools.compress(holders, map(operator.not_, map(skip.__contains__, map(id, holders)))))
-    # One C call for all referents of the holders.
-    referents = gc.get_referents(*holders)
+    # Plain dicts: their values only (keys are nearly always strings); one C
+    # pass each. Everything else: one C call for all referents.
+    dicts = list(itertools.compress(holders, map(operator.is_, map(type, holders), itertools.repeat(dict))))
+    others = list(itertools.compress(holders, map(operator.is_not, map(type, holders), itertools.repeat(dict))))
     del holders
+    referents = gc.get_referents(*others)
+    del others
+    referents.extend(itertools.chain.from_iterable(map(dict.values, dicts)))
+    del dicts
     # The collector untracks tuples and dicts that hold only untracked
     # objects, so `cache[k] = (array, k)` hides the array one or two levels
     # down: look inside untracked containers found among the referents.

@@ -9,8 +9,16 @@ stub, appending where its filesystem can and otherwise rewriting the whole
 (small) file at each flush (its S3 filesystem has no append).
 
 A failed write keeps the pending records for the next flush, and a local
-file is cut back to its last complete record, so a full disk loses no
-point once space returns and never leaves a torn record behind.
+file is cut back to its last complete record, so a full disk never leaves a
+torn record behind; whatever fits is written, record by record. The backlog
+is bounded (``MAX_PENDING_BYTES``): past it new records are dropped and
+counted (``dropped_records``), so a full disk cannot grow the process.
+
+A local file that is deleted while the job runs (the logdir removed) is
+noticed at the next flush: a new file is started in the recreated directory
+(``generation`` counts them, so the summary writer re-sends tag metadata).
+After ``os.fork()`` the child's copies of every writer are closed without
+writing, so the parent's pending records are never written twice.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.io import gfile
@@ -28,6 +37,19 @@ from tb_leak_plugin.eventfile.records import frame as _record
 
 _counter = itertools.count()
 
+# Pending bytes kept while writes fail (about 1,500 samples of ~60 series).
+MAX_PENDING_BYTES = 4 << 20
+
+_live_writers: "weakref.WeakSet[RecordEventWriter]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for writer in list(_live_writers):
+        writer._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class RecordEventWriter:
@@ -40,15 +62,30 @@ class RecordEventWriter:
 
     def __init__(self, logdir: str, flush_secs: float = 30.0, filename_suffix: str = ".tbleak"):
         self.logdir = logdir
-        gfile.makedirs(logdir)
-        name = "events.out.tfevents.%010d.%s.%d.%d%s" % (
-            time.time(), socket.gethostname(), os.getpid(), next(_counter), filename_suffix)
-        self.path = logdir.rstrip("/") + "/" + name if "://" in logdir else os.path.join(logdir, name)
+        self._suffix = filename_suffix
         self._flush_secs = float(flush_secs)
         self._lock = threading.Lock()
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._last_flush = time.monotonic()
         self._closed = False
+        self.dropped_records = 0
+        #: Consecutive flushes that failed (0 after one succeeds).
+        self.failed_flushes = 0
+        #: Files started so far; grows when a deleted file is replaced.
+        self.generation = 0
+        #: Messages for the caller to log once (the file was replaced, ...).
+        self.notices: list[str] = []
+        self._open_file()
+        _live_writers.add(self)
+        self.flush()
+
+    def _open_file(self) -> None:
+        logdir = self.logdir
+        gfile.makedirs(logdir)
+        name = "events.out.tfevents.%010d.%s.%d.%d%s" % (
+            time.time(), socket.gethostname(), os.getpid(), next(_counter), self._suffix)
+        self.path = logdir.rstrip("/") + "/" + name if "://" in logdir else os.path.join(logdir, name)
         self._written = 0  # bytes of complete records in the file
         self._remote_copy: bytearray | None = None
         if "://" in self.path:
@@ -60,54 +97,116 @@ class RecordEventWriter:
         else:
             self._fs = None
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.generation += 1
         version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
-        self._pending.append(_record(version.SerializeToString()))
-        self.flush()
+        record = _record(version.SerializeToString())
+        self._pending.insert(0, record)
+        self._pending_bytes += len(record)
 
     def add_event(self, event) -> None:
         record = _record(event.SerializeToString())
         with self._lock:
             if self._closed:
                 return
+            if self._pending_bytes + len(record) > MAX_PENDING_BYTES:
+                self.dropped_records += 1
+                return
             self._pending.append(record)
+            self._pending_bytes += len(record)
             due = time.monotonic() - self._last_flush >= self._flush_secs
         if due:
             self.flush()
 
     def flush(self) -> None:
+        """Write what is pending; raises OSError when not all of it could be
+        written (what was written stays written, the rest stays pending)."""
         with self._lock:
-            if self._closed or not self._pending:
-                self._last_flush = time.monotonic()
-                return
-            data = b"".join(self._pending)
             self._last_flush = time.monotonic()
+            if self._closed or not self._pending:
+                return
+            self._replace_deleted_file()
             try:
-                self._write(data)
+                self._write_records()
             except Exception:
-                self._rewind()
-                raise  # the caller (the Monitor) logs it; records stay pending
-            self._pending.clear()
-            self._written += len(data)
+                self.failed_flushes += 1
+                raise  # the caller (the Monitor) logs it; unwritten records stay pending
+            self.failed_flushes = 0
 
-    def _write(self, data: bytes) -> None:
-        if self._fd is not None:
-            view = memoryview(data)
-            while view:  # unbuffered: nothing is left behind in a buffer on failure
-                view = view[os.write(self._fd, view):]
-        elif self._remote_copy is not None:
+    def _replace_deleted_file(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            deleted = os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            deleted = True
+        if not deleted:
+            return
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        # Records encoded for the old file may lean on tag metadata that went
+        # with it: start clean, and let the summary writer re-send metadata.
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.notices.append(f"event file {self.path} was deleted while the job ran; writing a new one")
+        self._open_file()
+
+    def _write_records(self) -> None:
+        if self._fd is None:
+            data = b"".join(self._pending)
+            self._write_remote(data)
+            self._written += len(data)
+            self._pending.clear()
+            self._pending_bytes = 0
+            return
+        data = b"".join(self._pending)
+        view = memoryview(data)
+        sent = 0
+        try:
+            while sent < len(data):  # unbuffered: nothing is left behind in a buffer on failure
+                sent += os.write(self._fd, view[sent:])
+        finally:
+            self._keep_complete(sent)
+
+    def _keep_complete(self, sent: int) -> None:
+        """After writing ``sent`` bytes of the pending records: keep the whole
+        records written, cut the file back to the last of them, keep the rest."""
+        done = 0
+        whole = 0
+        for record in self._pending:
+            if whole + len(record) > sent:
+                break
+            whole += len(record)
+            done += 1
+        if whole != sent:
+            try:
+                os.ftruncate(self._fd, self._written + whole)
+            except OSError:
+                pass
+        self._written += whole
+        del self._pending[:done]
+        self._pending_bytes -= whole
+
+    def _write_remote(self, data: bytes) -> None:
+        if self._remote_copy is not None:
             self._fs.write(self.path, bytes(self._remote_copy) + data, binary_mode=True)
             self._remote_copy += data
         else:
             self._fs.append(self.path, data, binary_mode=True)
 
-    def _rewind(self) -> None:
-        """Cut a local file back to its last complete record after a failed write."""
-        if self._fd is None:
-            return
-        try:
-            os.ftruncate(self._fd, self._written)
-        except OSError:
-            pass
+    def _forget_after_fork(self) -> None:
+        """In a forked child: this copy of the writer must not write the parent's records."""
+        self._lock = threading.Lock()  # a lock held by a parent thread stays held in the child
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._closed = True
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
 
     def close(self) -> None:
         try:
