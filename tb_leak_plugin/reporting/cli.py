@@ -1,7 +1,18 @@
 """``tb-leak analyze LOGDIR``: leak verdicts for saved logdirs, for people and CI.
 
-Exit status: 0 on success; 1 with ``--fail-on-leak`` when a run leaks;
-2 for bad usage or an unreadable logdir. Never imports TensorFlow.
+Exit status: 0 on success; 1 with ``--fail-on-leak`` when a run leaks (and
+only then); 2 for bad usage or an unreadable logdir; 3 for an internal
+error (a bug in tb-leak: the report is incomplete, nothing was judged).
+Never imports TensorFlow.
+
+Names in the report (run directories, tags, object types, trace sessions
+and hosts) come from the data, so the text and markdown views print them
+inert: control characters (terminal escapes, newlines, tabs, DEL, C1
+codes), Unicode line separators and bidirectional overrides are shown as
+``\\xNN`` / ``\\uNNNN``, and bytes that are not UTF-8 in a directory name as
+``\\xNN``. The markdown view also escapes what GitHub would render (emphasis,
+strikethrough, links, HTML and entities, tables, math, ``@mentions``). JSON
+is exact (``json.dumps`` escapes everything itself).
 """
 
 from __future__ import annotations
@@ -11,11 +22,26 @@ import json
 import math
 import re
 import sys
+import traceback
 
 from tb_leak_plugin import __version__
 from tb_leak_plugin.units import format_bytes, format_duration
 
-EXIT_OK, EXIT_LEAK, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+EXIT_STATUS_HELP = """exit status:
+  0  success (also when runs leak, unless --fail-on-leak)
+  1  --fail-on-leak and at least one run's verdict is leak (never for errors)
+  2  bad usage, or the logdir cannot be read
+  3  internal error in tb-leak (please report it)"""
+
+# Characters that a terminal or a renderer would act on rather than show:
+# C0 controls (ESC, CR, LF, TAB, BS...), DEL, C1 controls (CSI, OSC, NEL),
+# Unicode line/paragraph separators, bidirectional marks, overrides and
+# isolates, and lone surrogates (bytes of a non-UTF-8 file name, kept by
+# Python's surrogateescape).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                          "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 VERDICT_LABEL = {"leak": "LEAK", "no_leak": "no leak", "inconclusive": "inconclusive"}
 
@@ -47,8 +73,30 @@ def _ci_text(series: dict) -> str:
     return f"{human_amount(ci[0], unit, True)} .. {human_amount(ci[1], unit, True)}"
 
 
+def _escape_char(match: re.Match) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the undecodable byte itself
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text) -> str:
+    """``text`` safe to print on a terminal: one line, nothing a terminal acts on.
+
+    Control characters, separators, bidirectional overrides and lone
+    surrogates become visible ``\\xNN`` / ``\\uNNNN`` escapes (a surrogate
+    from a non-UTF-8 file name shows the original byte), so a name can neither
+    forge report lines nor drive the terminal, and the result always encodes
+    as UTF-8. Idempotent.
+    """
+    return _UNPRINTABLE.sub(_escape_char, str(text))
+
+
 def format_text(report: dict) -> str:
-    """A readable report: one block per run, series table, culprits and hints."""
+    """A readable report: one block per run, series table, culprits and hints.
+
+    Every line is passed through :func:`printable`: names from the data
+    cannot add lines or send terminal escapes."""
     lines = [f"tb-leak report for {report['logdir']}", ""]
     for warning in report["warnings"]:
         lines.append(f"warning: {warning}")
@@ -69,11 +117,12 @@ def format_text(report: dict) -> str:
         judged = shown
         if judged:
             lines.append("   series:")
-            width = max(len(s["tag"]) for s in judged)
+            tags = [printable(s["tag"]) for s in judged]
+            width = max(len(tag) for tag in tags)
             lines.append(f"     {'tag':<{width}}  {'verdict':<12}  {'growth/step':>16}  {'95% interval':>28}  samples")
-            for s in judged:
+            for tag, s in zip(tags, judged):
                 growth = human_amount(s.get("slope_per_step"), s["unit"], True)
-                lines.append(f"     {s['tag']:<{width}}  {s['verdict']:<12}  {growth:>16}  {_ci_text(s):>28}  {s['samples']}")
+                lines.append(f"     {tag:<{width}}  {s['verdict']:<12}  {growth:>16}  {_ci_text(s):>28}  {s['samples']}")
                 if s["verdict"] == "leak" and s.get("seconds_to_exhaustion") is not None:
                     lines.append(f"     {'':<{width}}  out of memory in ~{human_duration(s['seconds_to_exhaustion'])} at this rate")
             if hidden:
@@ -105,13 +154,20 @@ def format_text(report: dict) -> str:
         lines.append(f"group {group['parent']}: {len(group['runs'])} runs, leaking: {leaking}")
     if not report["runs"]:
         lines.append("no runs found")
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join(printable(line) for line in lines).rstrip() + "\n"
 
 
-def _md_escape(text: str) -> str:
-    """Names from event files, made inert in markdown: one line, specials escaped."""
-    one_line = re.sub(r"[\r\n]+", " ", str(text))
-    return re.sub(r"([\\`*_{}\[\]<>|#!()])", r"\\\1", one_line)
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!()~&$])")
+
+
+def _md_escape(text) -> str:
+    """Names from event files, made inert in GitHub markdown: one line
+    (:func:`printable`), every character markdown acts on backslash-escaped
+    (emphasis, code, links, images, HTML, entities such as ``&amp;``,
+    tables, headings, ``~~`` strikethrough, ``$`` math), and ``@`` followed
+    by a zero-width space so ``@name`` mentions nobody."""
+    escaped = _MD_SPECIAL.sub(r"\\\1", printable(text))
+    return escaped.replace("@", "@&#8203;")
 
 
 def format_markdown(report: dict) -> str:
@@ -131,18 +187,22 @@ def format_markdown(report: dict) -> str:
         lines += ["", f"### {_md_escape(run['run'])}", "", _md_escape(run["reason"]), ""]
         for culprit in run["culprits"][:5]:
             growth = human_amount(culprit["growth_per_step"], culprit["unit"], True)
-            lines.append(f"- **{culprit['kind']}** {_md_escape(culprit['name'])}: {growth}/step. "
+            lines.append(f"- **{_md_escape(culprit['kind'])}** {_md_escape(culprit['name'])}: {growth}/step. "
                          f"{_md_escape(culprit['evidence'])}")
         for hint in run["hints"]:
+            # Hints are tb-leak's own text, with intended `code` spans.
             lines.append(f"- *{hint['title']}*: {hint['text']} **Fix:** {hint['fix']}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tb-leak", description="Find memory leaks in TensorBoard logdirs.")
+    parser = argparse.ArgumentParser(prog="tb-leak", description="Find memory leaks in TensorBoard logdirs.",
+                                     epilog=EXIT_STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"tb-leak {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    analyze = commands.add_parser("analyze", help="analyse a logdir and print a verdict per run")
+    analyze = commands.add_parser("analyze", help="analyse a logdir and print a verdict per run",
+                                  description="Analyse a logdir and print a verdict per run.",
+                                  epilog=EXIT_STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     analyze.add_argument("logdir", help="TensorBoard logdir (local path, or gs:// s3:// when supported)")
     analyze.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     analyze.add_argument("--run", metavar="REGEX", help="only runs whose name matches this regular expression")
@@ -156,6 +216,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``tb-leak`` command; returns the exit status (see :data:`EXIT_STATUS_HELP`).
+
+    Any unexpected exception is an internal error, reported on stderr with
+    status 3: never status 1, which CI reads as "a leak was found"."""
+    try:
+        return _main(argv)
+    except Exception as error:  # a bug: say so, never look like a leak verdict
+        _error(f"internal error: {type(error).__name__}: {error} (a bug in tb-leak; "
+               "please report it with the traceback below)")
+        for line in traceback.format_exc().rstrip().splitlines():
+            print(printable(line), file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _error(message: str) -> None:
+    print(f"tb-leak: error: {printable(message)}", file=sys.stderr)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -163,19 +242,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if exit_.code not in (0, None) else EXIT_OK
     if args.command != "analyze":
         parser.print_usage(sys.stderr)
-        print("tb-leak: error: a command is required (analyze)", file=sys.stderr)
+        _error("a command is required (analyze)")
         return EXIT_USAGE
     if args.run:
         try:
             re.compile(args.run)
         except re.error as error:
-            print(f"tb-leak: error: --run {args.run!r} is not a valid regular expression: {error}", file=sys.stderr)
+            _error(f"--run {args.run!r} is not a valid regular expression: {error}")
             return EXIT_USAGE
     if args.jobs is not None and args.jobs < 1:
-        print("tb-leak: error: --jobs must be at least 1", file=sys.stderr)
+        _error("--jobs must be at least 1")
         return EXIT_USAGE
     if args.max_trace_mib is not None and not (math.isfinite(args.max_trace_mib) and args.max_trace_mib > 0):
-        print("tb-leak: error: --max-trace-mib must be positive", file=sys.stderr)
+        _error("--max-trace-mib must be positive")
         return EXIT_USAGE
     from tb_leak_plugin.reporting import logdir as analyze
     from tb_leak_plugin.eventfile import reader as loading
@@ -185,19 +264,47 @@ def main(argv: list[str] | None = None) -> int:
         report = analyze.analyze_logdir(args.logdir, run_filter=args.run, with_traces=not args.no_traces,
                                         max_trace_bytes=max_bytes, jobs=args.jobs)
     except loading.LogdirError as error:
-        print(f"tb-leak: error: {error}", file=sys.stderr)
+        _error(str(error))
         return EXIT_USAGE
     data = report.to_dict()
     if args.format == "json":
-        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        _write_out(json.dumps(data, indent=2, allow_nan=False) + "\n")
     elif args.format == "markdown":
-        sys.stdout.write(format_markdown(data))
+        _write_out(format_markdown(data))
     else:
-        sys.stdout.write(format_text(data))
-    sys.stdout.flush()
+        _write_out(format_text(data))
     if args.fail_on_leak and report.any_leak:
         return EXIT_LEAK
     return EXIT_OK
+
+
+def _write_out(text: str) -> None:
+    """Write the report to stdout whatever its encoding, and survive a reader
+    that stops early (``tb-leak analyze ... | head``): the exit status still
+    tells the verdict."""
+    stream = sys.stdout
+    try:
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:  # e.g. PYTHONIOENCODING=ascii: escape what it cannot show
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            fallback = text.encode(encoding, errors="backslashreplace").decode(encoding)
+            stream.write(fallback)
+        stream.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    # Python would report the broken pipe again when flushing at exit.
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover
