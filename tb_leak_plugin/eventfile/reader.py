@@ -7,7 +7,17 @@ decoded with TensorBoard's ``Event`` protobuf. Every point is kept.
 
 A half-written last record (a job still writing) ends a file quietly; a
 corrupt record ends that file with a warning naming file and offset, and
-everything read before it is kept.
+everything read before it is kept. Anything named like an event file that
+is not a regular file (a FIFO, a socket, a device) is skipped with a
+warning, never opened; directories that cannot be listed are skipped with a
+warning, and the walk is iterative, so no depth of nesting stops it.
+
+A restarted job (resumed from a checkpoint) is read as TensorBoard reads
+it: a run's event files are read in name (= creation) order, and a series'
+points in a file at or after that series' first step in any *later* file
+are dropped (TensorBoard's "purge orphaned data"), so the dead attempt's
+steps past the checkpoint never mix with the new attempt's. Within one
+file, the last point written for a repeated step wins.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import collections
 import dataclasses
 import os
 import re
+import stat
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, types_pb2
@@ -54,12 +65,13 @@ def _join(*parts: str) -> str:
     return "/".join(p.rstrip("/") for p in parts) if is_remote(parts[0]) else os.path.join(*parts)
 
 
-def discover_runs(logdir: str) -> dict[str, str]:
+def discover_runs(logdir: str, warnings: list[str] | None = None) -> dict[str, str]:
     """Return run name -> run directory for every directory holding event files.
 
     Run names are paths relative to ``logdir`` with ``/`` separators; the
-    logdir itself is ``.``. Raises LogdirError when ``logdir`` is not a
-    readable directory.
+    logdir itself is ``.``. Subdirectories that cannot be listed are skipped
+    and named in ``warnings`` (when given). Raises LogdirError when
+    ``logdir`` itself is not a readable directory.
     """
     try:
         exists = gfile.exists(logdir)
@@ -71,36 +83,91 @@ def discover_runs(logdir: str) -> dict[str, str]:
     if not is_dir:
         raise LogdirError(f"logdir {logdir!r} is not a directory")
     runs = {}
+    skipped: list[str] = []
     try:
-        for directory, files in _walk(logdir):
+        for directory, files in _walk(logdir, skipped):
             if any(EVENT_FILE_PATTERN.search(name) for name in files):
                 rel = _relative(logdir, directory)
                 runs[rel] = directory
     except Exception as error:
         raise LogdirError(f"cannot list logdir {logdir!r}: {error}") from None
+    if warnings is not None:
+        warnings.extend(skipped)
     return dict(sorted(runs.items()))
 
 
-def _walk(logdir: str):
-    """Yield (directory, file names) under ``logdir``.
+def _walk(logdir: str, warnings: list[str]):
+    """Yield (directory, file names) under ``logdir``, parents before children.
 
-    Local directories follow symlinks (runs are often linked into a logdir)
-    but visit each real directory once, so a link loop cannot repeat runs or
-    recurse forever. Remote filesystems have no links: TensorBoard's walk.
+    Iterative (an explicit stack), so a logdir nested thousands of levels deep
+    is walked like a shallow one. A subdirectory that cannot be listed (no
+    permission, a path too long for the OS) is skipped with a warning; the
+    logdir itself failing to list raises. Local directories follow symlinks
+    (runs are often linked into a logdir) but visit each real directory once,
+    so a link loop cannot repeat runs or walk forever.
     """
-    if is_remote(logdir):
-        for directory, _subdirs, files in gfile.walk(logdir):
-            yield directory, files
-        return
-    seen = set()
-    for directory, subdirs, files in os.walk(logdir, followlinks=True):
-        real = os.path.realpath(directory)
-        if real in seen:
-            subdirs[:] = []
+    remote = is_remote(logdir)
+    seen: set = set()
+    stack = [logdir]
+    while stack:
+        directory = stack.pop()
+        try:
+            if remote:
+                subdirs, files = _list_remote(directory)
+            else:
+                identity = _identity(directory)
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                subdirs, files = _list_local(directory, seen)
+        except OSError as error:
+            if directory == logdir:
+                raise
+            reason = error.strerror or type(error).__name__
+            warnings.append(f"{directory}: cannot list this directory ({reason}); "
+                            "skipped it and everything under it")
             continue
-        seen.add(real)
-        subdirs[:] = sorted(d for d in subdirs if os.path.realpath(os.path.join(directory, d)) not in seen)
         yield directory, files
+        stack.extend(_join(directory, name) for name in sorted(subdirs, reverse=True))
+
+
+def _identity(directory: str) -> tuple[int, int]:
+    info = os.stat(directory)
+    return info.st_dev, info.st_ino
+
+
+def _list_local(directory: str, seen: set) -> tuple[list[str], list[str]]:
+    """(subdirectory names not visited yet, other names) of a local directory."""
+    subdirs, files = [], []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # follows symlinks
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                files.append(entry.name)
+                continue
+            try:
+                info = entry.stat()
+            except OSError:
+                subdirs.append(entry.name)  # e.g. a path too long: its visit says why
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                subdirs.append(entry.name)
+    return subdirs, files
+
+
+def _list_remote(directory: str) -> tuple[list[str], list[str]]:
+    subdirs, files = [], []
+    try:
+        names = gfile.listdir(directory)
+    except Exception as error:
+        raise OSError(str(error)) from None
+    for name in names:
+        name = name.rstrip("/")
+        (subdirs if gfile.isdir(_join(directory, name)) else files).append(name)
+    return subdirs, files
 
 
 def _relative(logdir: str, directory: str) -> str:
@@ -112,10 +179,59 @@ def _relative(logdir: str, directory: str) -> str:
     return rel or "."
 
 
-def event_files(run_dir: str) -> list[str]:
-    """Event files directly inside ``run_dir``, in name (= creation) order."""
-    names = sorted(n for n in gfile.listdir(run_dir) if EVENT_FILE_PATTERN.search(n))
-    return [_join(run_dir, n) for n in names if not gfile.isdir(_join(run_dir, n))]
+def event_files(run_dir: str, warnings: list[str] | None = None) -> list[str]:
+    """Event files directly inside ``run_dir``, in name (= creation) order.
+
+    Only regular files (or links to them) count: a FIFO, socket or device
+    named like an event file would block or never end a read, so it is
+    skipped and named in ``warnings`` (when given).
+    """
+    remote = is_remote(run_dir)
+    # os.listdir locally: gfile cannot name files that are not UTF-8.
+    listed = gfile.listdir(run_dir) if remote else os.listdir(run_dir)
+    names = sorted(n for n in listed if EVENT_FILE_PATTERN.search(n))
+    paths = []
+    for name in names:
+        path = _join(run_dir, name)
+        if remote:
+            if not gfile.isdir(path):
+                paths.append(path)
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as error:
+            if warnings is not None:
+                warnings.append(f"{path}: cannot read ({error.strerror or error}); skipped it")
+            continue
+        if stat.S_ISREG(mode):
+            paths.append(path)
+        elif not stat.S_ISDIR(mode) and warnings is not None:
+            warnings.append(f"{path}: not a regular file ({_file_kind(mode)}); skipped it")
+    return paths
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a plain file"
+
+
+def _open_event_file(path: str):
+    """A binary read handle. Local files are opened without blocking and
+    checked to be regular (a FIFO swapped in after listing must not hang)."""
+    if is_remote(path):
+        return gfile.GFile(path, "rb")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(f"not a regular file ({_file_kind(mode)})")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def iter_record_chunks(path: str, warnings: list[str]):
@@ -127,9 +243,9 @@ def iter_record_chunks(path: str, warnings: list[str]):
     A truncated tail is not a problem (the writer may still be busy).
     """
     try:
-        handle = gfile.GFile(path, "rb")
+        handle = _open_event_file(path)
     except Exception as error:
-        warnings.append(f"{path}: cannot open: {error}")
+        warnings.append(f"{path}: cannot open: {error}; skipped it")
         return
     buffer = b""
     base = 0  # file offset of buffer[0]
@@ -249,7 +365,9 @@ class _Column:
         self.wall_times = []
         self.values = []
 
-    def to_series(self, tag: str) -> Series | None:
+    def to_series(self, tag: str, file_starts: np.ndarray) -> Series | None:
+        """The series, in step order, without the points a later file
+        orphaned; ``file_starts`` is each file's first record number."""
         blocks = list(self.blocks)
         if self.values:
             blocks.append((np.asarray(self.seq, dtype=np.int64), np.asarray(self.steps, dtype=np.int64),
@@ -258,7 +376,34 @@ class _Column:
             return None
         seq, steps, wall_times, values = (np.concatenate(part) for part in zip(*blocks))
         order = np.argsort(seq, kind="stable")
-        return Series.from_points(tag, self.info, steps[order], wall_times[order], values[order])
+        seq, steps, wall_times, values = seq[order], steps[order], wall_times[order], values[order]
+        keep = not_orphaned(steps, np.searchsorted(file_starts, seq, side="right") - 1)
+        if not keep.all():
+            steps, wall_times, values = steps[keep], wall_times[keep], values[keep]
+        return Series.from_points(tag, self.info, steps, wall_times, values)
+
+
+def not_orphaned(steps: np.ndarray, file_index: np.ndarray) -> np.ndarray:
+    """Which points survive a restart, as TensorBoard reads one (a bool mask).
+
+    ``steps`` are one series' points in read order and ``file_index`` the
+    event file (in name order) each came from. A point is orphaned when a
+    later file's first point of the series is at its step or before it: the
+    job was restarted from a checkpoint there, and what the dead attempt
+    wrote past it was recomputed (or never will be). Points within one file
+    are all kept (the last write of a repeated step wins later).
+    """
+    keep = np.ones(steps.shape[0], dtype=bool)
+    if steps.size == 0 or file_index[0] == file_index[-1]:
+        return keep
+    starts = np.flatnonzero(np.diff(file_index)) + 1
+    first = np.concatenate(([0], starts))
+    first_steps = steps[first]
+    # For each file, the smallest first step of any later file.
+    later = np.minimum.accumulate(first_steps[::-1])[::-1]
+    later = np.append(later[1:], np.iinfo(np.int64).max)
+    group = np.repeat(np.arange(first.size), np.diff(np.append(first, steps.size)))
+    return steps < later[group]
 
 
 def load_run(name: str, run_dir: str) -> RunData:
@@ -268,12 +413,14 @@ def load_run(name: str, run_dir: str) -> RunData:
     rejected: set[str] = set()
     parse = event_pb2.Event.FromString
     try:
-        files = event_files(run_dir)
+        files = event_files(run_dir, run.warnings)
     except Exception as error:
         run.warnings.append(f"{run_dir}: cannot list event files: {error}")
         files = []
     seq_base = 0
+    file_starts = []
     for path in files:
+        file_starts.append(seq_base)
         for buffer, offsets, lengths in iter_record_chunks(path, run.warnings):
             offsets_array = np.asarray(offsets, dtype=np.int64)
             groups, leftover = fast_events.decode_chunk(buffer, offsets_array, np.asarray(lengths, dtype=np.int64))
@@ -296,8 +443,9 @@ def load_run(name: str, run_dir: str) -> RunData:
                         continue  # no metadata seen: not a tb-leak series
                     column.blocks.append((seq, group.steps, group.wall_times, group.values[:, k]))
             seq_base += len(offsets)
+    file_starts_array = np.asarray(file_starts, dtype=np.int64)
     for tag in sorted(columns):
-        series = columns[tag].to_series(tag)
+        series = columns[tag].to_series(tag, file_starts_array)
         if series is not None:
             run.series[tag] = series
     return run
@@ -348,11 +496,12 @@ def load_logdir(logdir: str, run_filter: str | None = None) -> LogdirData:
     """
     pattern = re.compile(run_filter) if run_filter else None
     runs = []
-    for name, run_dir in discover_runs(logdir).items():
+    warnings: list[str] = []
+    for name, run_dir in discover_runs(logdir, warnings).items():
         if pattern is not None and not pattern.search(name):
             continue
         runs.append(load_run(name, run_dir))
-    return LogdirData(logdir=logdir, runs=runs)
+    return LogdirData(logdir=logdir, runs=runs, warnings=warnings)
 
 
 def group_runs(runs: list[RunData]) -> dict[str, list[str]]:

@@ -47,6 +47,8 @@ def load_traces(run_dir: str | None, max_bytes: int | None = None):
     """The run's profiler trace report, or None when it has no profile sessions."""
     if run_dir is None:
         return None
+    if "://" not in run_dir and not os.path.isdir(os.path.join(run_dir, "plugins", "profile")):
+        return None  # no profiler output here: nothing to list
     from tb_leak_plugin.reporting import traces
     kwargs = {} if max_bytes is None else {"max_bytes": max_bytes}
     report = traces.analyze_run_traces(run_dir, **kwargs)
@@ -54,14 +56,35 @@ def load_traces(run_dir: str | None, max_bytes: int | None = None):
 
 
 def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int | None = None) -> RunReport:
-    """Build the report for one run read from disk (traces from its directory)."""
+    """Build the report for one run read from disk (traces from its directory).
+
+    Trace files are named relative to the run directory (``sessions[].path``
+    is ``plugins/profile/<session>/<host>.xplane.pb``, and so are the paths in
+    trace errors), so the report never carries the server's absolute paths
+    and the CLI and the Leak tab build the same report."""
     trace_report = None
     if with_traces:
         try:
             trace_report = load_traces(run.path, max_trace_bytes)
         except Exception as error:  # a bad trace must not hide the series verdict
-            run.warnings.append(f"profiler traces of {run.name!r} unreadable: {error}")
+            run.warnings.append(f"profiler traces of {run.name!r} unreadable: "
+                                f"{_relative_to(run.path, str(error))}")
+        if trace_report is not None:
+            for session in trace_report.sessions:
+                session.path = _relative_to(run.path, session.path)
+                if session.error:
+                    session.error = _relative_to(run.path, session.error)
     return build_run_report(run, trace_report)
+
+
+def _relative_to(run_dir: str | None, text: str) -> str:
+    """``text`` with ``run_dir/`` taken off the front of every path in it
+    (a path starts the text or follows a space, quote or bracket)."""
+    root = (run_dir or "").rstrip("/" + os.sep)
+    if not root or not text or root not in text:
+        return text
+    separators = "".join(sorted({"/", os.sep}))
+    return re.sub(r"(?<![^\s'\"(\[])" + re.escape(root) + "[" + re.escape(separators) + "]", "", text)
 
 
 def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
@@ -87,11 +110,13 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
 
     Runs are ordered leaks first, then inconclusive, then clean, by name
     within each. Runs are spread over ``jobs`` forked worker processes
-    (default: by core and run count). Raises ``loading.LogdirError`` for an
-    unreadable logdir.
+    (default: by core and run count). Subdirectories that cannot be listed
+    are skipped and named in the report's warnings. Raises
+    ``loading.LogdirError`` when the logdir itself cannot be read.
     """
     pattern = re.compile(run_filter) if run_filter else None
-    runs = {name: path for name, path in loading.discover_runs(logdir).items()
+    walk_warnings: list[str] = []
+    runs = {name: path for name, path in loading.discover_runs(logdir, walk_warnings).items()
             if pattern is None or pattern.search(name)}
     jobs = default_jobs(len(runs)) if jobs is None else max(1, int(jobs))
     arguments = [(name, path, with_traces, max_trace_bytes) for name, path in runs.items()]
@@ -110,7 +135,7 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
             "runs": names,
             "leaking": [n for n in names if verdicts.get(n) == "leak"],
         })
-    warnings = []
+    warnings = list(walk_warnings)
     if not runs:
         warnings.append(
             f"no event files under {logdir!r}: write summaries with tb_leak_plugin.Monitor(logdir) first"
