@@ -6,7 +6,19 @@ profiler trace files. What the provider lists is re-checked at most every
 ``revalidate_secs`` (TensorBoard reloads the logdir every 5 s by default).
 
 Profiler traces are read only from runs the data provider lists whose real
-path stays inside the logdir (:meth:`ReportCache.run_directory`).
+path stays inside the logdir (:meth:`ReportCache.run_directory`), and the
+report the routes serve names files relative to the run directory, never by
+their absolute path on the server.
+
+A restarted job is read as TensorBoard's data server reads it: a point at
+step ``s`` drops every point of the same series read before it at step
+``s`` or later (:func:`latest_attempt`). The Rust data server has done that
+already; the Python multiplexer hands points over in file order, so the
+same rule gives the same series under either ``--load_fast`` setting. A
+restart writes a new event file, and for that the CLI's reader drops the
+same points (``eventfile.reader.not_orphaned``); steps that go back
+*within* one file are dropped here as the data server drops them, while the
+CLI keeps the last write of each step.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import numpy as np
 from tensorboard import errors
 
 from tb_leak_plugin import metadata
-from tb_leak_plugin.plugin.views import Points
+from tb_leak_plugin.plugin.views import Points, relative_paths
 
 logger = logging.getLogger("tb_leak_plugin")
 
@@ -201,12 +213,13 @@ class ReportCache:
             if not datums:
                 continue
             n = len(datums)
-            series = self._Series.from_points(
-                tag, info,
-                np.fromiter((d.step for d in datums), dtype=np.int64, count=n),
-                np.fromiter((d.wall_time for d in datums), dtype=np.float64, count=n),
-                np.fromiter((d.value for d in datums), dtype=np.float64, count=n),
-            )
+            steps = np.fromiter((d.step for d in datums), dtype=np.int64, count=n)
+            wall_times = np.fromiter((d.wall_time for d in datums), dtype=np.float64, count=n)
+            values = np.fromiter((d.value for d in datums), dtype=np.float64, count=n)
+            keep = latest_attempt(steps)
+            if not keep.all():
+                steps, wall_times, values = steps[keep], wall_times[keep], values[keep]
+            series = self._Series.from_points(tag, info, steps, wall_times, values)
             run_data.series[tag] = series
             finite = np.isfinite(series.values)
             if finite.all():
@@ -214,6 +227,7 @@ class ReportCache:
             else:
                 points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
         report = self._report_builder(run_data, with_traces=run_data.path is not None).to_dict()
+        report = relative_paths(report, run_data.path, self._logdir_root)
         return RunEntry(
             fingerprint=listing.fingerprints[run],
             run_data=run_data,
@@ -226,6 +240,19 @@ class ReportCache:
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("tb-leak: %s", message)
+
+
+def latest_attempt(steps: np.ndarray) -> np.ndarray:
+    """Which points of one series (in the provider's read order) a restart left
+    standing, as a bool mask: a point survives when every point read after it
+    has a larger step. A job resumed from a checkpoint at step ``s`` writes
+    ``s`` again, and what the dead attempt wrote from ``s`` on is dropped,
+    exactly as TensorBoard's data server preempts it."""
+    keep = np.ones(steps.shape[0], dtype=bool)
+    if steps.size > 1:
+        later_min = np.minimum.accumulate(steps[::-1])[::-1]
+        keep[:-1] = steps[:-1] < later_min[1:]
+    return keep
 
 
 def trace_stamp(run_dir: str | None, root: str | None):

@@ -5,7 +5,10 @@ with the Python multiplexer and the Rust data server alike) and turned into
 the same ``RunData`` the CLI reads from disk; every route is a view of the
 report :func:`tb_leak_plugin.reporting.logdir.report_for_run` builds, never a second
 analysis. Profiler traces are read from run directories under the logdir,
-and only from runs the data provider lists whose real path stays inside it.
+and only from runs the data provider lists whose real path stays inside it;
+no answer names a file by its absolute path on the server. A restarted job's
+orphaned points are dropped as TensorBoard's data server drops them, so the
+tab shows the same series under either ``--load_fast`` setting.
 
 Reports are cached per (experiment, run) by
 :class:`tb_leak_plugin.plugin.cache.ReportCache`; the JSON each route returns

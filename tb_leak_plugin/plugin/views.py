@@ -9,6 +9,7 @@ request and raises TensorBoard's errors; the shapes are documented in
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -160,14 +161,57 @@ def objects(run: str, report: dict, series_reports: dict, points: dict) -> dict:
     return {"run": run, "types": types, "total": total}
 
 
+def relative_paths(value, run_dir: str | None, logdir_root: str | None = None):
+    """``value`` (a report dict, list or string) with the server's absolute
+    paths taken out of every string: the run directory's prefix is dropped
+    (``<run_dir>/plugins/profile/s/h.xplane.pb`` becomes
+    ``plugins/profile/s/h.xplane.pb``), then the logdir's. A copy; pure."""
+    prefixes = [p.rstrip("/") for p in (run_dir, logdir_root) if p and p.startswith("/") and p.rstrip("/")]
+    if not prefixes:
+        return value
+    # The prefix as a whole path: followed by "/" or by what ends a path in prose.
+    patterns = [(prefix, re.compile(re.escape(prefix) + r"(/|(?=$|[\s'\":,;)\]]))")) for prefix in prefixes]
+
+    def strip(text: str) -> str:
+        for prefix, pattern in patterns:
+            if prefix in text:
+                text = pattern.sub(lambda m: "" if m.group(1) == "/" else ".", text)
+        return text
+
+    def walk(item):
+        if isinstance(item, str):
+            return strip(item)
+        if isinstance(item, dict):
+            return {key: walk(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(value)
+
+
+def _session_path(path):
+    """A trace file's path as the ``ops`` route shows it: relative to the run
+    directory (from ``plugins/``), never absolute."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return path
+    marker = "/plugins/profile/"
+    at = path.rfind(marker)
+    return path[at + 1:] if at >= 0 else path.rsplit("/", 1)[-1]
+
+
 def ops(run: str, report: dict) -> dict:
     """The ``ops`` body: ops the profiler trace shows retaining memory across
-    steps, most retained bytes first, with the sessions and coverage notes."""
+    steps, most retained bytes first, with the sessions and coverage notes.
+    Trace files are named relative to the run directory."""
     traces = report.get("traces") or {}
     sessions, flattened, notes = [], [], []
     for session in traces.get("sessions", []) or []:
         label = "/".join(str(p) for p in (session.get("session"), session.get("host")) if p)
-        sessions.append({k: v for k, v in session.items() if k not in ("ops", "suspicious")})
+        shown = {k: v for k, v in session.items() if k not in ("ops", "suspicious")}
+        if "path" in shown:
+            shown["path"] = _session_path(shown["path"])
+        sessions.append(shown)
         if session.get("error"):
             notes.append(f"{label}: {session['error']}")
         if session.get("coverage_note"):
