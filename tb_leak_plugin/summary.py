@@ -19,6 +19,8 @@ import gc
 import sys
 import time
 
+import numpy as np
+
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
 from tb_leak_plugin import metadata
@@ -164,9 +166,9 @@ def memory_pb() -> summary_pb2.Summary:
 
 def _memory_sample() -> Sample:
     sample: Sample = []
-    for probe in (probes.ProcessProbe(), probes.PythonHeapProbe(), probes.TFAllocatorProbe()):
+    for make in (probes.ProcessProbe, probes.PythonHeapProbe, probes.MallocProbe, probes.TFAllocatorProbe):
         try:
-            sample.extend(probe.sample())
+            sample.extend(make().sample())
         except Exception:  # a probe that cannot run here adds nothing
             continue
     return sample
@@ -183,6 +185,40 @@ def _census_sample(top_k: int) -> Sample:
         objects.release()
 
 
+def _write_in_graph(tf, step, sample, writer, take_sample):
+    """``tf.summary.write`` ops whose values are measured when the graph runs.
+
+    The series are the ones a sample has at trace time (their tags must be
+    fixed in the graph); each run measures them again through
+    ``tf.py_function`` (a series gone by then writes NaN).
+    """
+    infos = [info for info, _value in sample]
+
+    def measure():
+        now = dict((info, value) for info, value in take_sample())
+        return np.asarray([now.get(info, np.nan) for info in infos], dtype=np.float32)
+
+    values = tf.py_function(tf.autograph.experimental.do_not_convert(measure), [], tf.float32)
+    if step is None:
+        step = tf.summary.experimental.get_step()
+        if step is None:
+            raise ValueError("no step given and tf.summary.experimental.get_step() is None")
+    step = tf.cast(step, tf.int64)
+
+    def write_all():
+        written = tf.constant(False)
+        for index, info in enumerate(infos):
+            metadata_bytes = metadata.create_summary_metadata(info).SerializeToString()
+            ok = tf.summary.write(info.tag, values[index], step=step, metadata=metadata_bytes)
+            written = tf.logical_or(written, ok)
+        return written
+
+    if writer is not None:
+        with writer.as_default():
+            return write_all()
+    return write_all()
+
+
 def live_objects_pb(top_k: int = 20) -> summary_pb2.Summary:
     """A ``Summary`` proto with live-object counts of the ``top_k`` commonest types
     and live tensors (count and bytes). Needs no TensorFlow."""
@@ -194,22 +230,30 @@ def memory(step: int | None = None, writer=None) -> bool:
 
     Like ``tf.summary.scalar``: writes to ``writer`` or the default writer,
     at ``step`` or ``tf.summary.experimental.get_step()``. Returns True when
-    a summary was written (False with no default writer).
+    a summary was written (False with no default writer). Inside a
+    ``tf.function`` the values are measured each time the function runs
+    (through ``tf.py_function``), and a bool tensor is returned.
     """
-    return _write_tf(step, _memory_sample(), writer)
+    return _write_tf(step, _memory_sample(), writer, _memory_sample)
 
 
 def live_objects(step: int | None = None, top_k: int = 20, writer=None) -> bool:
     """Write a census of live objects (top ``top_k`` types by count) and live
     tensors through ``tf.summary``. Returns True when written."""
+    if _tf() is not None and _tf().inside_function():
+        raise RuntimeError(
+            "tb_leak_plugin.summary.live_objects cannot run inside a tf.function: a census walks "
+            "every Python object. Call it (or Monitor.sample) outside the tf.function, after each step.")
     return _write_tf(step, _census_sample(top_k), writer)
 
 
-def _write_tf(step, sample, writer) -> bool:
+def _write_tf(step, sample, writer, take_sample=None) -> bool:
     tf = _tf()
     if tf is None:
         raise RuntimeError("tb_leak_plugin.summary.memory/live_objects need TensorFlow imported; "
                            "use memory_pb()/live_objects_pb() or Monitor(logdir) without it")
+    if tf.inside_function():
+        return _write_in_graph(tf, step, sample, writer, take_sample)
     if step is None:
         step = tf.summary.experimental.get_step()
         if step is None:

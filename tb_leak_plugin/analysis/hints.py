@@ -115,6 +115,14 @@ HINTS = {
         "call `keras.backend.clear_session()` after each. For native libraries try jemalloc or "
         "tcmalloc via `LD_PRELOAD`.",
     ),
+    "census_too_short": Hint(
+        "census_too_short",
+        "Memory grows; the run is too short to say what grows",
+        "Process or allocator memory grows, but the object census (live objects, tensors, arrays) "
+        "ran too few times in this run to tell which of them grow with it.",
+        "Run longer (a heap walk costs ~0.1-0.4 s on a TensorFlow heap, so the default budget takes "
+        "a few per run of seconds), or sample more densely with `Monitor(overhead_budget=0.05)`.",
+    ),
     "py_function_registry": Hint(
         "py_function_registry",
         "A pipeline that wraps Python code is rebuilt inside the loop",

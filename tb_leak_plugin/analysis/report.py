@@ -162,7 +162,8 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits += _tensor_culprits(by_role.get(ROLE_TENSORS, []))
     culprits += _trace_count_culprits(by_role.get(ROLE_TRACES, []))
     culprits += _gc_culprits(by_role.get(ROLE_GC, []))
-    culprits += _memory_culprits(by_role.get(ROLE_MEMORY, []), culprits)
+    culprits += _memory_culprits(by_role.get(ROLE_MEMORY, []), culprits,
+                                 by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
     traces_dict = None
     if trace_report is not None:
         culprits += _op_culprits(trace_report)
@@ -320,13 +321,21 @@ def _gc_culprits(reports) -> list[Culprit]:
     ]
 
 
-def _memory_culprits(reports, others) -> list[Culprit]:
+def _census_judged(census_reports) -> bool:
+    """Whether the object and tensor series had samples enough to be judged."""
+    return any(r.trend is not None and r.trend.shape != "too_few" for r in census_reports)
+
+
+def _memory_culprits(reports, others, census_reports=()) -> list[Culprit]:
     leaking = {(r.group, r.measure): r for r in _leaks(reports)}
     explained = any(c.kind in ("object_type", "tensors", "retracing") for c in others)
+    judged = _census_judged(census_reports)
     out = []
     for report in _leaks(reports):
         hint = None
-        if report.group == "tf" and not explained and ("python", "allocated_blocks") not in leaking:
+        if not explained and not judged and census_reports:
+            hint = "census_too_short"
+        elif report.group == "tf" and not explained and ("python", "allocated_blocks") not in leaking:
             hint = "allocator_only"
         elif (report.group == "process" and not explained
               and not any(g in ("tf", "python") for g, _m in leaking)):

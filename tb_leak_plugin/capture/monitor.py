@@ -45,6 +45,8 @@ _MAX_WRITE_FAILURES = 3
 # One heap walk at a time in the process: a census must not count (and scan)
 # another thread's object list. A walk that finds another running skips.
 _HEAP_WALK = threading.Lock()
+# How long a heap walk waits for another thread's to finish before it skips.
+_HEAP_WALK_WAIT_S = 2.0
 
 DEFAULT_PROBES = ("process", "python", "malloc", "tf", "gc", "objects", "tensors", "tf_function")
 
@@ -371,9 +373,9 @@ class Monitor:
         sample = []
         costs = {}
         walking = any(u.needs_objects for u in due)
-        if walking and not _HEAP_WALK.acquire(blocking=False):
-            # Another monitor (another thread) is walking the heap: take the
-            # cheap probes now and the heap walk at a later sample.
+        if walking and not _HEAP_WALK.acquire(timeout=_HEAP_WALK_WAIT_S):
+            # Another monitor (another thread) is still walking the heap: take
+            # the cheap probes now and the heap walk at a later sample.
             due = [u for u in due if not u.needs_objects]
             walking = False
             if not due:

@@ -227,6 +227,7 @@ class Census:
     def __init__(self, objects: list):
         self.objects = objects
         self._kinds: list | None = None
+        self._unhashable = False
         self._by_type: collections.Counter | None = None
         self._wanted: set = set()
         self._selected: dict | None = None
@@ -239,6 +240,10 @@ class Census:
 
     def where_type_in(self, kinds: frozenset) -> list:
         """Objects whose exact type is in ``kinds``."""
+        if self._unhashable:
+            # Some type among the objects cannot be hashed: match by id.
+            ids = frozenset(map(id, kinds))
+            return list(itertools.compress(self.objects, map(ids.__contains__, map(id, self.kinds()))))
         return list(itertools.compress(self.objects, map(kinds.__contains__, self.kinds())))
 
     def by_type(self) -> collections.Counter:
@@ -250,6 +255,7 @@ class Census:
                 # A metaclass that defines __eq__ without __hash__ makes its
                 # classes unhashable: count by the type's id, then leave out
                 # the types that cannot be keys (they cannot be named stably).
+                self._unhashable = True
                 self._by_type = _count_by_type_id(self.objects)
         return self._by_type
 
@@ -331,16 +337,18 @@ def type_name(kind: type) -> str:
     hostile class does not give as plain strings."""
     try:
         module = kind.__module__
-        module = module if isinstance(module, str) and module else "?"
+        # A str subclass may override formatting: take a plain copy.
+        module = str.__str__(module) if isinstance(module, str) and module else "?"
     except Exception:
         module = "?"
     try:
         qualname = kind.__qualname__
         if not isinstance(qualname, str):
             qualname = type.__getattribute__(kind, "__name__")
+        qualname = str.__str__(qualname) if isinstance(qualname, str) else "?"
     except Exception:
         qualname = "?"
-    return f"{module}.{qualname if isinstance(qualname, str) else '?'}"
+    return module + "." + qualname
 
 
 def count_types(objects) -> dict[str, int]:
@@ -458,6 +466,7 @@ def _eager_tensor_type(tf):
 
 # Containers through which numpy arrays (not gc-tracked) are usually held.
 _CONTAINERS = frozenset((list, dict, tuple, set, collections.deque))
+_CONTAINER_IDS = frozenset(map(id, _CONTAINERS))
 
 
 _UNTRACKED_DEPTH = 3
@@ -525,7 +534,8 @@ def _split_referents(objects, ndarray) -> tuple[list, list]:
     """(arrays among ``objects``, untracked containers among them), in one type pass."""
     kinds = list(map(type, objects))
     arrays = list(itertools.compress(objects, map(operator.is_, kinds, itertools.repeat(ndarray))))
-    candidates = list(itertools.compress(objects, map(_CONTAINERS.__contains__, kinds)))
+    # By id: a referent's type may be unhashable (a metaclass with __eq__ only).
+    candidates = list(itertools.compress(objects, map(_CONTAINER_IDS.__contains__, map(id, kinds))))
     del kinds
     hidden = list(itertools.compress(candidates, map(operator.not_, map(gc.is_tracked, candidates))))
     return arrays, hidden

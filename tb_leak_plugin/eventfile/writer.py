@@ -83,7 +83,7 @@ class RecordEventWriter:
     def _open_file(self) -> None:
         logdir = self.logdir
         gfile.makedirs(logdir)
-        name = "events.out.tfevents.%010d.%s.%d.%d%s" % (
+        name = "events.out.tfevents.%010d.%s.%d.%06d%s" % (
             time.time(), socket.gethostname(), os.getpid(), next(_counter), self._suffix)
         self.path = logdir.rstrip("/") + "/" + name if "://" in logdir else os.path.join(logdir, name)
         self._written = 0  # bytes of complete records in the file
@@ -179,7 +179,9 @@ class RecordEventWriter:
                 break
             whole += len(record)
             done += 1
-        if whole != sent:
+        if whole < self._pending_bytes:
+            # A failed write may have left part of a record (even bytes it did
+            # not report): cut the file back to the last whole record.
             try:
                 os.ftruncate(self._fd, self._written + whole)
             except OSError:

@@ -1,0 +1,274 @@
+"""The monitor under hostile conditions: threads, a full disk, a deleted
+logdir, forks, read-only logdirs, classes that break hashing, and
+``summary.memory`` inside a ``tf.function``. The training loop must never see
+an exception, memory must stay bounded, and no point may be written twice.
+"""
+
+import gc
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import tb_leak_plugin as tbleak
+from tb_leak_plugin.capture import probes
+from tb_leak_plugin.eventfile import reader
+
+DENSE = {"overhead_budget": None}
+
+
+def _points(logdir, tag="leak/process/rss_bytes"):
+    data = reader.load_logdir(str(logdir))
+    out = {}
+    for run in data.runs:
+        series = run.series.get(tag)
+        out[run.name] = [] if series is None else [int(s) for s in series.steps]
+    return out
+
+
+class _PeakRSS:
+    """Samples this process's RSS in a thread; ``peak`` minus ``start`` is the growth."""
+
+    def __init__(self):
+        self.process = psutil.Process()
+        self.start = self.peak = self.process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-monitor", "two-monitors"])
+def test_sampling_from_two_threads_stays_bounded(tmp_path, shared):
+    kept = [np.ones(256) for _ in range(2000)]  # arrays for the numpy scan to find
+    monitors = [tbleak.Monitor(str(tmp_path / "a"), **DENSE)]
+    monitors.append(monitors[0] if shared else tbleak.Monitor(str(tmp_path / "b"), **DENSE))
+    errors = []
+
+    def loop(monitor):
+        try:
+            for step in range(40):
+                kept.append(np.ones(8))
+                monitor.sample(step)
+        except Exception as error:  # sample() must never raise
+            errors.append(error)
+
+    with _PeakRSS() as rss:
+        threads = [threading.Thread(target=loop, args=(m,)) for m in monitors]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for monitor in set(monitors):
+        monitor.close()
+    assert errors == []
+    # One census's object list must never be scanned by another's: that was
+    # gigabytes. A few tens of MiB of working memory is the norm.
+    assert rss.peak - rss.start < 200 << 20, (rss.peak - rss.start) / 2**20
+    counts = _points(tmp_path, "leak/tensors/numpy_count")
+    assert all(counts.values()), counts
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_full_disk_bounds_the_backlog_and_keeps_what_fits(small_disk, caplog):
+    filler = small_disk / "filler"
+    logdir = small_disk / "run"
+    monitor = tbleak.Monitor(str(logdir), flush_secs=0, probes=["process", "python", "gc"], **DENSE)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        for step in range(600):
+            monitor.sample(step)  # must not raise
+        record_writer = monitor._writer.record_writer
+        # Repeated failed flushes stop the monitor (said once), and the backlog
+        # stays bounded.
+        assert record_writer._pending_bytes <= 4 << 20
+        assert any("stops sampling" in r.getMessage() for r in caplog.records)
+        assert sum("stops sampling" in r.getMessage() for r in caplog.records) == 1
+        stopped_at = monitor._step
+        os.remove(filler)  # space comes back
+        monitor.close()
+    steps = _points(small_disk)["run"]
+    # Every point taken before the stop is written once space returned, in
+    # order, none twice.
+    assert steps == sorted(set(steps))
+    assert len(steps) >= 3 and steps[-1] <= stopped_at
+
+
+def test_partial_flush_writes_whole_records_and_keeps_the_rest(small_disk):
+    from tb_leak_plugin.eventfile.writer import RecordEventWriter
+    from tensorboard.compat.proto import event_pb2
+
+    writer = RecordEventWriter(str(small_disk / "run"), flush_secs=1e9)
+    payload = "x" * 900
+    for step in range(400):  # ~370 KiB: about half fits
+        writer.add_event(event_pb2.Event(step=step, file_version=payload))
+    with pytest.raises(OSError):
+        writer.flush()
+    kept = len(writer._pending)
+    assert 0 < kept < 400
+    size = os.path.getsize(writer.path)
+    # The file holds only whole records: the reader sees every one of them.
+    events = list(reader.iter_records(writer.path, []))
+    assert size == writer._written and len(events) == 400 - kept + 1  # + the file-version record
+    writer._pending.clear()
+    writer.close()
+
+
+def test_deleted_logdir_is_noticed_and_a_new_file_started(tmp_path, caplog):
+    logdir = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        with tbleak.Monitor(str(logdir), flush_secs=0, probes=["process"], **DENSE) as monitor:
+            for step in range(10):
+                monitor.sample(step)
+            shutil.rmtree(logdir)
+            for step in range(10, 20):
+                monitor.sample(step)
+    steps = _points(tmp_path)["run"]
+    assert steps and min(steps) >= 10 and max(steps) == 19
+    assert any("was deleted" in r.getMessage() for r in caplog.records)
+
+
+def test_forked_child_never_writes_into_the_parents_file(tmp_path):
+    logdir = tmp_path / "run"
+    monitor = tbleak.Monitor(str(logdir), flush_secs=1e9, probes=["process"], **DENSE)
+    for step in range(5):
+        monitor.sample(step)  # pending, not yet flushed
+    pid = os.fork()
+    if pid == 0:  # the child: samples, closes, exits without running the parent's cleanup
+        try:
+            for step in range(5, 10):
+                monitor.sample(step)
+            monitor.close()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    for step in range(5, 8):
+        monitor.sample(step)
+    monitor.close()
+    steps = _points(tmp_path)["run"]
+    assert steps == list(range(8))  # each once, the parent's only
+
+
+def test_unwritable_logdir_never_raises(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        monitor = tbleak.Monitor(str(blocker / "run"))
+        for step in range(5):
+            monitor.sample(step)
+        monitor.close()
+    assert any("cannot write" in r.getMessage() for r in caplog.records)
+
+
+class _EqOnly(type):
+    def __eq__(cls, other):  # defines __eq__ without __hash__: its classes are unhashable
+        return cls is other
+
+    __hash__ = None
+
+
+class _Weird(metaclass=_EqOnly):
+    pass
+
+
+class _BadModule:
+    pass
+
+
+class _Evil(str):
+    def __format__(self, spec):
+        raise RuntimeError("no formatting for you")
+
+
+def test_hostile_classes_do_not_switch_the_census_off(tmp_path, caplog):
+    instances = [_Weird() for _ in range(50)]
+    _BadModule.__module__ = _Evil("evil")
+    bad = [_BadModule() for _ in range(50)]
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        with tbleak.Monitor(str(tmp_path / "run"), **DENSE) as monitor:
+            for step in range(5):
+                instances.append(_Weird())
+                bad.append(_BadModule())
+                monitor.sample(step)
+    assert not any("switched off" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+    counts = _points(tmp_path, "leak/tensors/numpy_count")["run"]
+    assert counts == list(range(5))
+    data = reader.load_logdir(str(tmp_path))
+    tags = set(data.runs[0].series)
+    assert any(tag.endswith("_BadModule") for tag in tags) or "leak/gc/tracked_objects" in tags
+    del instances, bad
+    gc.collect()
+
+
+def test_census_counts_by_type_with_an_unhashable_class():
+    objects = [_Weird() for _ in range(3)] + [[1], [2]]
+    counts = probes.count_types(objects)
+    assert counts.get("builtins.list") == 2
+
+
+def test_memory_summary_inside_tf_function_is_measured_each_run(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    writer = tf.summary.create_file_writer(str(tmp_path / "run"))
+    hold = []
+
+    @tf.function
+    def step_fn(step):
+        tbleak.summary.memory(step=step)
+        return tf.constant(0)
+
+    with writer.as_default():
+        for step in range(4):
+            step_fn(tf.constant(step, tf.int64))
+            hold.append(np.ones(1 << 20))  # 8 MiB, written, between runs: the values must differ
+    writer.flush()
+    data = reader.load_logdir(str(tmp_path))
+    series = data.runs[0].series["leak/process/rss_bytes"]
+    assert list(series.steps) == [0, 1, 2, 3]
+    assert series.values[-1] - series.values[0] > 16 << 20
+
+    @tf.function
+    def census_fn():
+        tbleak.summary.live_objects(step=0)
+        return 0
+
+    with writer.as_default(), pytest.raises(RuntimeError, match="tf.function"):
+        census_fn()
