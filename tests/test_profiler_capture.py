@@ -69,8 +69,7 @@ RECORD = textwrap.dedent(
 
 
 def _record(directory, env_extra, retrace):
-    env = dict(os.environ)
-    env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+    env = dict(os.environ)  # oneDNN on, as conftest.py sets it for every CPU
     env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
     env.update(env_extra)
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
@@ -86,7 +85,7 @@ def _record(directory, env_extra, retrace):
 
 @pytest.fixture(scope="module")
 def default_runs(tmp_path_factory):
-    """Recorded with TensorFlow's defaults (oneDNN on)."""
+    """Recorded with TensorFlow's x86 default, oneDNN on."""
     return _record(tmp_path_factory.mktemp("default"), {}, retrace=True)
 
 

@@ -51,7 +51,7 @@ def test_oversize_file_is_refused_before_reading(tmp_path):
     write_trace(run, "s2", "small", leaky_trace_bytes(steps=3))
     report = traces.analyze_run_traces(run, max_bytes=len(data) - 1)
     big, small = report.sessions
-    assert path in big.error and str(len(data)) in big.error
+    assert os.path.relpath(path, run) in big.error and str(len(data)) in big.error
     assert str(len(data) - 1) in big.error and "max_bytes" in big.error
     assert small.error is None and small.steps == 3
 
@@ -98,3 +98,16 @@ def test_modules_do_not_import_tensorflow():
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_sessions_are_named_relative_to_the_run(tmp_path):
+    """Reports (and so the Leak tab's ``ops`` route) never carry server paths."""
+    run = str(tmp_path / "run")
+    write_trace(run, "s", "good", leaky_trace_bytes())
+    write_trace(run, "s", "bad", b"garbage")
+    report = traces.analyze_run_traces(run)
+    assert [s.path for s in report.sessions] == [
+        "plugins/profile/s/bad.xplane.pb", "plugins/profile/s/good.xplane.pb"]
+    bad = report.sessions[0]
+    assert bad.error.startswith("plugins/profile/s/bad.xplane.pb: not a readable profiler trace")
+    assert str(tmp_path) not in json.dumps(report.to_dict())

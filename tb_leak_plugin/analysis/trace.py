@@ -27,7 +27,9 @@ import math
 
 import numpy as np
 
+from tb_leak_plugin.xplane import budget as costs
 from tb_leak_plugin.xplane import schema as xplane
+from tb_leak_plugin.xplane.budget import MemoryBudget
 from tb_leak_plugin.analysis.trace_events import (
     AFTER_STEPS,
     BEFORE_STEPS,
@@ -207,10 +209,11 @@ def pair_allocations(events: MemoryEvents) -> Pairing:
     return Pairing(rows, freed[rows], unmatched, implicit)
 
 
-def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = None) -> list[OpRetention]:
+def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = None,
+                 budget: MemoryBudget | None = None) -> list[OpRetention]:
     """Per op: allocations, frees and what stayed alive, ranked (suspicious first).
 
-    Only ops that retained memory are returned.
+    Only ops that retained memory are returned; each is charged to ``budget``.
     """
     if pairing is None:
         pairing = pair_allocations(events)
@@ -219,8 +222,11 @@ def op_retention(events: MemoryEvents, steps: Steps, pairing: Pairing | None = N
     allocations = _Allocations.of(events, steps, pairing)
     rule = _LeakRule.of(len(steps), steps.source)
     totals = _OpTotals.of(allocations, rule)
+    retaining = np.flatnonzero(totals.retained_allocations > 0)
+    if budget is not None:
+        budget.charge("ops that kept memory", retaining.size, costs.OP_RESULT_BYTES)
     results = []
-    for k in np.flatnonzero(totals.retained_allocations > 0).tolist():
+    for k in retaining.tolist():
         evidence = totals.evidence(k, rule)
         label = [events.labels[c] for c in allocations.keys[k].tolist()]
         results.append(
@@ -478,18 +484,31 @@ def _reason(evidence: _OpEvidence, rule: _LeakRule) -> str:
 # -- everything ------------------------------------------------------------------------------
 
 
-def analyze_memory_events(events: MemoryEvents, steps: Steps) -> tuple[list[OpRetention], Pairing]:
+def analyze_memory_events(events: MemoryEvents, steps: Steps,
+                          budget: MemoryBudget | None = None) -> tuple[list[OpRetention], Pairing]:
     """Pair, then rank ops by retention (see :func:`op_retention`)."""
     pairing = pair_allocations(events)
-    return op_retention(events, steps, pairing), pairing
+    return op_retention(events, steps, pairing, budget), pairing
 
 
-def analyze_decoded(decoded: xplane.DecodedSpace) -> TraceAnalysis:
-    """Run the whole analysis on an already decoded space."""
+def analyze_decoded(decoded: xplane.DecodedSpace, budget: MemoryBudget | None = None) -> TraceAnalysis:
+    """Run the whole analysis on an already decoded space.
+
+    With ``budget`` (the one it was decoded with), the analysis' own memory
+    is charged to it first.
+
+    Raises:
+      xplane.XPlaneMemoryLimitError: the analysis would pass ``budget``.
+    """
+    if budget is not None:
+        budget.charge("events analysed", sum(len(p) for p in decoded.planes),
+                      costs.ANALYSED_EVENT_BYTES)
+        budget.charge("stats analysed", sum(p.stat_event.size for p in decoded.planes),
+                      costs.ANALYSED_STAT_BYTES)
     events = extract_memory_events(decoded)
     span = (int(events.time_ps.min()), int(events.time_ps.max())) if len(events) else None
     steps = extract_steps(decoded, span)
-    ops, pairing = analyze_memory_events(events, steps)
+    ops, pairing = analyze_memory_events(events, steps, budget)
     allocators = sorted({events.labels[c] for c in np.unique(events.allocator_code).tolist()})
     sizes = events.bytes[events.is_allocation]
     smallest = int(sizes[sizes > 0].min()) if (sizes > 0).any() else None
@@ -519,10 +538,18 @@ def analyze_decoded(decoded: xplane.DecodedSpace) -> TraceAnalysis:
     )
 
 
-def analyze_space(space) -> TraceAnalysis:
+def analyze_space(space, budget: MemoryBudget | None = None) -> TraceAnalysis:
     """Analyse one XSpace (serialized bytes, or an XSpace message).
+
+    Memory is bounded by ``budget`` (default: 4x the serialized size plus
+    working space, see :mod:`tb_leak_plugin.xplane.budget`).
 
     Raises:
       xplane.XPlaneDecodeError: the bytes are not a readable XSpace.
+      xplane.XPlaneMemoryLimitError: (a subclass) they would take more memory than allowed.
     """
-    return analyze_decoded(decode(space))
+    if hasattr(space, "SerializeToString"):
+        space = space.SerializeToString()
+    if budget is None:
+        budget = MemoryBudget(len(space))
+    return analyze_decoded(decode(space, budget), budget)

@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from tb_leak_plugin.xplane import schema as xplane
+from tb_leak_plugin.xplane.budget import MemoryBudget
 from tb_leak_plugin.xplane.decode import decode_space
 
 MEMORY_ALLOCATION = "MemoryAllocation"
@@ -129,11 +130,16 @@ def _select_event(name: str) -> bool:
     )
 
 
-def decode(space) -> xplane.DecodedSpace:
+def decode(space, budget: MemoryBudget | None = None) -> xplane.DecodedSpace:
     """Decode what the analysis needs from an XSpace (bytes or a message).
+
+    ``budget`` bounds the memory (default: 4x the serialized size plus working
+    space, see :mod:`tb_leak_plugin.xplane.budget`); pass the same budget to
+    :func:`tb_leak_plugin.analysis.trace.analyze_decoded`.
 
     Raises:
       xplane.XPlaneDecodeError: the bytes are not a readable XSpace.
+      xplane.XPlaneMemoryLimitError: (a subclass) decoding them would pass the budget.
     """
     data = space.SerializeToString() if hasattr(space, "SerializeToString") else space
     return decode_space(
@@ -143,6 +149,7 @@ def decode(space) -> xplane.DecodedSpace:
         value_stats=VALUE_STATS,
         # A free is paired by allocator and address; its other stats are not read.
         value_stats_by_event={MEMORY_DEALLOCATION: ("addr", "allocator_name")},
+        budget=budget,
     )
 
 

@@ -10,9 +10,11 @@ a truncated, empty or garbage file gets an error naming it, and the others
 are still analysed.
 
 Memory: a file is held once as bytes while it is decoded, plus numpy
-arrays for the events the analysis keeps (about 21 bytes per stat kept);
-the peak stays under about four times the file size (about 3x measured on
-a 43 MiB trace, see benchmarks/bench_traces.py).
+arrays for the events the analysis keeps. Every element (plane, line,
+event, stat, text) is charged to a memory budget of ``memory_ratio`` (4) times
+the file, so the peak stays under 4x the file size plus 16 MiB whatever the
+file holds; a file whose structure would need more gets an error naming the
+limit (about 2.5x measured on a 43 MiB trace, see benchmarks/bench_traces.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import posixpath
 from tensorboard.compat.tensorflow_stub.io import gfile
 
 from tb_leak_plugin.xplane import schema as xplane
+from tb_leak_plugin.xplane.budget import DEFAULT_MEMORY_RATIO, MemoryBudget
 from tb_leak_plugin.analysis import trace
 from tb_leak_plugin.analysis.trace import OpRetention, format_bytes, rank_ops
 
@@ -204,20 +207,22 @@ def find_trace_files(run_dir: str) -> list[tuple[str, str, str]]:
         raise TraceError(f"cannot list the traces of {run_dir!r}: {error}") from None
 
 
-def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes | bytearray:
+def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+                    name: str | None = None) -> bytes | bytearray:
     """Read one trace file, refusing one larger than ``max_bytes``.
 
     Raises:
       TraceError: the file is too large, empty or unreadable (the message
-        names the file and says what to do).
+        names the file, as ``name`` when given, and says what to do).
     """
+    shown = name or path
     try:
         size = gfile.stat(path).length
     except Exception as error:
-        raise TraceError(f"{path}: cannot read the file size: {error}") from None
+        raise TraceError(f"{shown}: cannot read the file size: {_named(error, path, shown)}") from None
     if size is not None and size > max_bytes:
         raise TraceError(
-            f"{path}: trace file is {size} bytes ({format_bytes(size)}), over the limit of "
+            f"{shown}: trace file is {size} bytes ({format_bytes(size)}), over the limit of "
             f"{max_bytes} bytes ({format_bytes(max_bytes)}); not read. Analysing it takes up "
             f"to about 4x its size in memory; to analyse it anyway raise the limit "
             f"(tb-leak analyze --max-trace-mib {math.ceil(size / (1 << 20))}, or "
@@ -225,23 +230,30 @@ def read_trace_file(path: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> b
         )
     if size == 0:
         raise TraceError(
-            f"{path}: the trace file is empty (0 bytes); the profiler may have been stopped "
+            f"{shown}: the trace file is empty (0 bytes); the profiler may have been stopped "
             "before it wrote anything, or the copy failed"
         )
     try:
-        data = _read_all(path, size, max_bytes)
+        data = _read_all(path, size, max_bytes, shown)
     except TraceError:
         raise
     except Exception as error:
-        raise TraceError(f"{path}: cannot read the file: {error}") from None
+        raise TraceError(f"{shown}: cannot read the file: {_named(error, path, shown)}") from None
     if not data:
-        raise TraceError(f"{path}: the trace file is empty (0 bytes)")
+        raise TraceError(f"{shown}: the trace file is empty (0 bytes)")
     return data
 
 
-def _read_all(path: str, size: int | None, max_bytes: int) -> bytes | bytearray:
+def _named(error: Exception, path: str, shown: str) -> str:
+    """An OS error's text with the file's path as it is shown (never the server's)."""
+    return str(error).replace(path, shown)
+
+
+def _read_all(path: str, size: int | None, max_bytes: int,
+              shown: str | None = None) -> bytes | bytearray:
     """The file's bytes: a local file in one read, a remote one in chunks into
-    one buffer (never a second full copy)."""
+    one buffer (never a second full copy). Errors name the file as ``shown``."""
+    shown = shown or path
     if not _is_remote(path):
         # A local file in one read: one copy (gfile would copy each chunk twice).
         with open(path, "rb") as handle:
@@ -249,7 +261,7 @@ def _read_all(path: str, size: int | None, max_bytes: int) -> bytes | bytearray:
             data = handle.read(min(max_bytes, size if size is not None else max_bytes) + 1)
         if len(data) > max_bytes or (size is not None and len(data) > size):
             raise TraceError(
-                f"{path}: trace file grew while being read (a profiler or copy still "
+                f"{shown}: trace file grew while being read (a profiler or copy still "
                 "writing?); not analysed. Try again once it is complete."
             )
         return data
@@ -262,7 +274,7 @@ def _read_all(path: str, size: int | None, max_bytes: int) -> bytes | bytearray:
                 break
             if filled + len(chunk) > max_bytes:  # grew after stat (a writer still busy)
                 raise TraceError(
-                    f"{path}: trace file grew past the limit of {max_bytes} bytes while "
+                    f"{shown}: trace file grew past the limit of {max_bytes} bytes while "
                     "being read; not analysed. Raise max_bytes to analyse it."
                 )
             if filled + len(chunk) <= len(data):
@@ -277,49 +289,58 @@ def _read_all(path: str, size: int | None, max_bytes: int) -> bytes | bytearray:
 
 
 def analyze_trace_file(
-    path: str, *, session: str = "", host: str = "", max_bytes: int = DEFAULT_MAX_TRACE_BYTES
+    path: str, *, session: str = "", host: str = "", max_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+    memory_ratio: float = DEFAULT_MEMORY_RATIO, name: str | None = None,
 ) -> SessionTraceReport:
-    """Analyse one ``*.xplane.pb`` file; problems go to ``report.error``, never raised."""
+    """Analyse one ``*.xplane.pb`` file; problems go to ``report.error``, never raised.
+
+    The report (its ``path`` and its errors) names the file as ``name`` when
+    given, else as ``path``. Memory stays under ``memory_ratio`` times the
+    file size plus 16 MiB (see :mod:`tb_leak_plugin.xplane.budget`): a file
+    whose structure would need more is refused with an error naming the limit.
+    """
+    shown = name or path
     try:
-        data = read_trace_file(path, max_bytes=max_bytes)
+        data = read_trace_file(path, max_bytes=max_bytes, name=shown)
     except TraceError as error:
-        return SessionTraceReport(session=session, host=host, path=path, error=str(error))
+        return SessionTraceReport(session=session, host=host, path=shown, error=str(error))
     size = len(data)
+
+    def failed(error: str) -> SessionTraceReport:
+        return SessionTraceReport(session=session, host=host, path=shown, file_bytes=size,
+                                  error=error)
+
+    budget = MemoryBudget(size, ratio=memory_ratio)
     try:
-        decoded = trace.decode(data)
+        decoded = trace.decode(data, budget)
         del data  # the decoded arrays no longer point into the file's bytes
-        analysis = trace.analyze_decoded(decoded)
+        budget.release(1, size)
+        analysis = trace.analyze_decoded(decoded, budget)
         del decoded
+    except xplane.XPlaneMemoryLimitError as error:
+        return failed(f"{shown}: not analysed: {error}")
     except xplane.XPlaneDecodeError as error:
-        return SessionTraceReport(
-            session=session,
-            host=host,
-            path=path,
-            file_bytes=size,
-            error=(
-                f"{path}: not a readable profiler trace ({error}). The file may be truncated "
-                "(a profiler still writing, or a copy cut short), or not an XSpace trace at all."
-            ),
+        return failed(
+            f"{shown}: not a readable profiler trace ({error}). The file may be truncated "
+            "(a profiler still writing, or a copy cut short), or not an XSpace trace at all."
         )
     except MemoryError:
-        return SessionTraceReport(
-            session=session, host=host, path=path, file_bytes=size,
-            error=f"{path}: out of memory analysing this {format_bytes(size)} trace; "
-            "use a smaller profiling window or a machine with more memory",
-        )
+        return failed(f"{shown}: out of memory analysing this {format_bytes(size)} trace; "
+                      "use a smaller profiling window or a machine with more memory")
     except Exception as error:  # a bug or a trace shape never seen: keep the others going
-        return SessionTraceReport(
-            session=session, host=host, path=path, file_bytes=size,
-            error=f"{path}: could not analyse this trace: {type(error).__name__}: {error}",
-        )
-    return SessionTraceReport.from_analysis(session, host, path, analysis, file_bytes=size)
+        return failed(f"{shown}: could not analyse this trace: {type(error).__name__}: {error}")
+    return SessionTraceReport.from_analysis(session, host, shown, analysis, file_bytes=size)
 
 
-def analyze_run_traces(run_dir: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> RunTraceReport:
+def analyze_run_traces(run_dir: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+                       memory_ratio: float = DEFAULT_MEMORY_RATIO) -> RunTraceReport:
     """Analyse every profiler trace of a run (all sessions, all hosts).
 
-    Files are read one at a time. A file that cannot be analysed gets a
-    report whose ``error`` says why; the others are still analysed.
+    Files are read one at a time. A file that cannot be analysed (unreadable,
+    or needing more than ``memory_ratio`` times its size in memory) gets a
+    report whose ``error`` says why; the others are still analysed. Files
+    are named relative to ``run_dir`` (``plugins/profile/<session>/<host>.xplane.pb``),
+    in ``path`` and in errors alike.
 
     Raises:
       TraceError: ``run_dir`` is missing or unreadable. A run without
@@ -327,7 +348,10 @@ def analyze_run_traces(run_dir: str, *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES
     """
     report = RunTraceReport()
     for session, host, path in find_trace_files(run_dir):
+        # Named relative to the run directory: reports never carry server paths.
+        name = posixpath.join(*PROFILE_DIR, session, host + TRACE_SUFFIX)
         report.sessions.append(
-            analyze_trace_file(path, session=session, host=host, max_bytes=max_bytes)
+            analyze_trace_file(path, session=session, host=host, max_bytes=max_bytes,
+                               memory_ratio=memory_ratio, name=name)
         )
     return report

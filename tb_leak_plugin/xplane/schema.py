@@ -15,16 +15,21 @@ Two things live here:
   Instead the wire format is read in place with numpy:
 
   - a line's events are found by their byte signature and confirmed by
-    stepping from record to record by length (exact; ``decode._walk_events``);
+    stepping from record to record by length (exact; ``lines._walk_events``);
   - each event's metadata id (its first field) selects the events to keep:
     those whose name the caller asks for, or whose kind carries a given
-    stat in a few sampled events (step markers, tf.function calls);
+    stat in a few sampled events (step markers, tf.function calls;
+    ``selection``);
   - kept events are decoded a block at a time, all messages of a block one
     field per round; their stats, whose value ends the message, decode in
-    bulk (``wire.decode_stats``). Only unusual layouts take slower, general
+    bulk (``stats.decode_stats``). Only unusual layouts take slower, general
     paths, so any valid encoding still decodes.
 
-  Memory: the file's bytes plus about 21 bytes per kept stat.
+  Memory: the file's bytes, about 14 bytes per event while the lines are
+  read, then about 28 bytes per kept event and 22 per kept stat. Every
+  element is charged to a :class:`~tb_leak_plugin.xplane.budget.MemoryBudget`
+  (4x the file by default), so a file whose structure would need more is
+  refused with :class:`XPlaneMemoryLimitError` instead.
 
 Timestamps: an event's absolute time is ``line.timestamp_ns * 1000 +
 event.offset_ps`` picoseconds. :func:`decode_space` returns times relative to
@@ -175,6 +180,11 @@ KIND_NONE, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF 
 
 class XPlaneDecodeError(ValueError):
     """Bytes that are not a readable XSpace (truncated, corrupt or not a trace)."""
+
+
+class XPlaneMemoryLimitError(XPlaneDecodeError):
+    """A trace whose structure would take more memory to decode than its budget
+    allows (see :mod:`tb_leak_plugin.xplane.budget`); the message says how much."""
 
 
 # -- decoded, columnar form ----------------------------------------------------------
