@@ -115,6 +115,17 @@ HINTS = {
         "call `keras.backend.clear_session()` after each. For native libraries try jemalloc or "
         "tcmalloc via `LD_PRELOAD`.",
     ),
+    "graph_grows": Hint(
+        "graph_grows",
+        "The TensorFlow graph grows every step",
+        "Operations are added to a graph inside the loop (tf.compat.v1 code that builds `tf.add`, "
+        "`tf.constant` or an optimizer step per iteration, or a loop under `tf.Graph().as_default()`), "
+        "or a new tf.function is defined per step. Every op stays in the graph, with its constants, "
+        "for as long as the graph lives; a new Session per step holds its own copy of the runtime.",
+        "Build the graph (ops, optimizer, tf.function) once before the loop and only `sess.run` it "
+        "inside; call `graph.finalize()` after building, so that adding an op raises at once. Close "
+        "sessions (`with tf.compat.v1.Session() as sess:`).",
+    ),
     "census_too_short": Hint(
         "census_too_short",
         "Memory grows; the run is too short to say what grows",

@@ -62,7 +62,7 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
         return ROLE_TENSORS
     if info.group == "objects":
         return ROLE_OBJECTS
-    if info.group == "tf_function":
+    if info.group in ("tf_function", "tf_graph"):
         return ROLE_TRACES
     if info.group == "gc":
         if info.measure == "tracked_objects":
@@ -265,7 +265,7 @@ def _corroborate_memory(by_role) -> None:
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_GC: 4, ROLE_CONTEXT: 5}
-_KIND_ORDER = {"op": 0, "retracing": 1, "object_type": 2, "tensors": 3, "series": 4, "gc": 5}
+_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "object_type": 2, "tensors": 3, "series": 4, "gc": 5}
 
 
 # Hints that name a specific TensorFlow cause rank above those that only say
@@ -299,9 +299,27 @@ def _tensor_culprits(reports) -> list[Culprit]:
     return out
 
 
+_GRAPH_SUBJECTS = {"default_graph": "the default graph", "held_graphs": "graphs the program holds",
+                   "held": "graphs the program holds", "eager_context": "the eager context's function library"}
+
+
+def _graph_culprit(report) -> Culprit:
+    where = _GRAPH_SUBJECTS.get(report.subject, report.subject)
+    what = {"ops": "operations", "functions": "functions", "graphs": "graphs"}.get(report.measure, report.measure)
+    return Culprit(
+        kind="graph", name=f"{what} in {where}", growth_per_step=report.trend.slope_per_step, unit=report.unit,
+        evidence=f"{where} grows by {report.trend.slope_per_step:.3g} {what} a step; {report.trend.reason}",
+        confidence=report.trend.confidence, hint="graph_grows",
+        details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
+    )
+
+
 def _trace_count_culprits(reports) -> list[Culprit]:
     out = []
     for report in _leaks(reports):
+        if report.group == "tf_graph":
+            out.append(_graph_culprit(report))
+            continue
         hint = hints_lib.hint_for_series(report.group, report.measure)
         what = "traces" if report.measure == "traces" else "live instances"
         out.append(Culprit(
@@ -328,7 +346,7 @@ def _census_judged(census_reports) -> bool:
 
 def _memory_culprits(reports, others, census_reports=()) -> list[Culprit]:
     leaking = {(r.group, r.measure): r for r in _leaks(reports)}
-    explained = any(c.kind in ("object_type", "tensors", "retracing") for c in others)
+    explained = any(c.kind in ("object_type", "tensors", "retracing", "graph") for c in others)
     judged = _census_judged(census_reports)
     out = []
     for report in _leaks(reports):
@@ -384,6 +402,7 @@ def _run_verdict(by_role, culprits) -> tuple[str, float, str]:
 
 def _describe(culprit: Culprit) -> str:
     names = {"object_type": "objects of type", "tensors": "live tensors", "retracing": "tf.function",
+             "graph": "TensorFlow graph:",
              "series": "series", "gc": "gc", "op": "op"}
     return f"{names.get(culprit.kind, culprit.kind)} {culprit.name}"
 

@@ -48,7 +48,8 @@ _HEAP_WALK = threading.Lock()
 # How long a heap walk waits for another thread's to finish before it skips.
 _HEAP_WALK_WAIT_S = 2.0
 
-DEFAULT_PROBES = ("process", "python", "malloc", "tf", "gc", "objects", "tensors", "tf_function")
+DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "gc", "objects", "tensors", "tf_function",
+                  "tf_graphs_held")
 
 # The fixed allowance (seconds of monitor time per run) is released over
 # training time t as allowance * t / (t + ALLOWANCE_HALF_S).

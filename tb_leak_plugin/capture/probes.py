@@ -458,10 +458,18 @@ class LiveTensorsProbe(Probe):
 
 
 def _eager_tensor_type(tf):
-    try:
-        return type(tf.constant(0))
-    except Exception:
-        return None
+    """TensorFlow's EagerTensor class, looked up, never made: creating a
+    tensor would add an op to the program's graph in TF1-style graph mode."""
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    kind = getattr(ops, "EagerTensor", None) if ops is not None else None
+    if isinstance(kind, type):
+        return kind
+    if tf.executing_eagerly():
+        try:
+            return type(tf.constant(0))
+        except Exception:
+            return None
+    return None
 
 
 # Containers through which numpy arrays (not gc-tracked) are usually held.
@@ -642,6 +650,67 @@ class TFFunctionProbe(Probe):
         return sample
 
 
+class TFGraphProbe(Probe):
+    """Size of TensorFlow's graphs: operations in the default graph (the
+    thread's ``tf.Graph().as_default()`` one, or TF1's global graph) and
+    functions in the eager context's library. Both only grow when a loop
+    adds ops or builds functions every step. A dictionary length each."""
+
+    name = "tf_graph"
+
+    def sample(self, objects=None) -> Sample:
+        tf = _tf()
+        if tf is None or not hasattr(tf, "compat"):
+            return []
+        sample: Sample = []
+        graph = tf.compat.v1.get_default_graph()
+        nodes = getattr(graph, "_nodes_by_id", None)
+        ops = len(nodes) if nodes is not None else int(graph.version)
+        sample.append((SeriesInfo("tf_graph", "ops", "ops", "default_graph"), float(ops)))
+        context = sys.modules.get("tensorflow.python.eager.context")
+        if context is not None and tf.executing_eagerly():
+            names = context.context().list_function_names()
+            sample.append((SeriesInfo("tf_graph", "functions", "functions", "eager_context"), float(len(names))))
+        return sample
+
+
+class TFGraphsHeldProbe(Probe):
+    """Graphs the program holds (``tf.Graph`` objects, not tf.function
+    graphs) and their operations, found in the heap walk."""
+
+    name = "tf_graphs_held"
+    needs_objects = True
+
+    def __init__(self):
+        self._graph_type = None
+
+    def announce(self, census: "Census") -> None:
+        kind = self._kind()
+        if kind is not None:
+            census.want(kind)
+
+    def _kind(self):
+        if self._graph_type is None:
+            ops = sys.modules.get("tensorflow.python.framework.ops")
+            self._graph_type = getattr(ops, "Graph", None) if ops is not None else None
+        return self._graph_type
+
+    def sample(self, objects=None) -> Sample:
+        kind = self._kind()
+        if kind is None:
+            return []
+        census = _as_census(objects)
+        graphs = census.instances_of(kind)
+        ops = 0
+        for graph in graphs:
+            nodes = getattr(graph, "_nodes_by_id", None)
+            ops += len(nodes) if nodes is not None else 0
+        count = len(graphs)
+        del graphs
+        return [(SeriesInfo("tf_graph", "graphs", "count", "held"), float(count)),
+                (SeriesInfo("tf_graph", "ops", "ops", "held_graphs"), float(ops))]
+
+
 def _function_types(census: "Census") -> list:
     """The ``tf.function`` classes among the census's types."""
     out = []
@@ -652,8 +721,8 @@ def _function_types(census: "Census") -> list:
     return out
 
 
-CHEAP_PROBES = ("process", "python", "malloc", "tf", "gc")
-CENSUS_PROBES = ("objects", "tensors", "tf_function", "uss")
+CHEAP_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "gc")
+CENSUS_PROBES = ("objects", "tensors", "tf_function", "tf_graphs_held", "uss")
 ALL_PROBES = CHEAP_PROBES + CENSUS_PROBES
 
 
@@ -669,6 +738,8 @@ def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> li
         "objects": lambda: ObjectCensusProbe(top_k=top_k, max_types=max_types),
         "tensors": LiveTensorsProbe,
         "tf_function": TFFunctionProbe,
+        "tf_graph": TFGraphProbe,
+        "tf_graphs_held": TFGraphsHeldProbe,
     }
     unknown = [name for name in names if not isinstance(name, Probe) and name not in factories]
     if unknown:
