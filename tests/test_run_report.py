@@ -1,0 +1,101 @@
+"""Run-level rules: which memory evidence makes a leak, one rate per run.
+
+Series are built in memory (seeded), as the loaders would hand them over;
+the rules under test combine several series of one run.
+"""
+
+import numpy as np
+import pytest
+
+from tb_leak_plugin.analysis.report import build_run_report
+from tb_leak_plugin.analysis.series import RunData, Series
+from tb_leak_plugin.metadata import SeriesInfo
+
+MiB = 1 << 20
+
+
+def _series(group, measure, unit, steps, values, subject="", seconds_per_step=0.01):
+    info = SeriesInfo(group, measure, unit, subject)
+    steps = np.asarray(steps)
+    return Series.from_points(info.tag, info, steps, 1e9 + steps * seconds_per_step, values)
+
+
+def _run(*series):
+    return RunData(name="run", path=None, series={s.tag: s for s in series})
+
+
+def _available(steps):
+    return _series("process", "available_bytes", "bytes", steps, np.full(len(steps), 8e9))
+
+
+def test_one_growth_rate_gives_one_time_to_exhaustion():
+    dense = np.arange(0, 1000)
+    sparse = np.array([0, 90, 250, 400, 600, 800, 999])
+    rng = np.random.default_rng(0)
+    malloc = _series("process", "malloc_bytes", "bytes", dense,
+                     4e8 + 256 * 1024 * dense + rng.normal(0, 2e4, dense.size))
+    eager = _series("tensors", "eager_bytes", "bytes", sparse, 256 * 1024 * sparse + 1e6,
+                    seconds_per_step=0.013)  # a different wall-clock pace between heap walks
+    report = build_run_report(_run(malloc, eager, _available(dense)))
+    by_tag = {s.tag: s.trend for s in report.series}
+    a, b = by_tag["leak/process/malloc_bytes"], by_tag["leak/tensors/eager_bytes"]
+    assert a.verdict == b.verdict == "leak"
+    assert a.seconds_to_exhaustion == pytest.approx(b.seconds_to_exhaustion, rel=0.01)
+    assert a.slope_per_hour == pytest.approx(b.slope_per_hour, rel=0.01)
+
+
+def test_rss_growth_with_flat_allocator_bytes_is_not_a_leak():
+    steps = np.arange(600)
+    rng = np.random.default_rng(1)
+    # RSS creeps up (freed pages the allocator keeps) while malloc'd bytes do not.
+    rss = _series("process", "rss_anon_bytes", "bytes", steps, 3e8 + 40 * 1024 * steps + rng.normal(0, 1e5, 600))
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 2e8 + rng.normal(0, 1e4, 600))
+    report = build_run_report(_run(rss, malloc, _available(steps)))
+    assert report.verdict != "leak", report.reason
+    rss_report = next(s for s in report.series if s.measure == "rss_anon_bytes")
+    assert rss_report.verdict == "inconclusive"
+    assert "allocator" in rss_report.trend.reason
+
+
+def test_small_uncorroborated_memory_growth_is_not_a_leak():
+    steps = np.arange(330)
+    rng = np.random.default_rng(2)
+    # The bounded-LRU false alarm: +1.75 KiB/step on 400 MiB, nothing else grows.
+    rss = _series("process", "rss_anon_bytes", "bytes", steps, 400 * MiB + 1792 * steps + rng.normal(0, 2e3, 330))
+    objects = _series("objects", "live_count", "count", steps[::30], np.full(steps[::30].size, 5000.0),
+                      subject="builtins.dict")
+    report = build_run_report(_run(rss, objects, _available(steps)))
+    assert report.verdict != "leak", report.reason
+
+
+def test_allocator_bytes_growing_alone_is_a_native_leak():
+    steps = np.arange(500)
+    rng = np.random.default_rng(3)
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 2e8 + 180 * 1024 * steps + rng.normal(0, 1e4, 500))
+    census_steps = np.array([0, 60, 140, 250, 380, 499])
+    objects = _series("objects", "live_count", "count", census_steps, np.full(6, 7000.0), subject="builtins.dict")
+    tensors = _series("tensors", "eager_count", "count", census_steps, np.full(6, 12.0))
+    report = build_run_report(_run(malloc, objects, tensors, _available(steps)))
+    assert report.verdict == "leak"
+    assert report.culprits[0].hint == "native_memory"
+
+
+def test_memory_growth_in_a_run_too_short_for_the_census_says_so():
+    steps = np.arange(300)
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 2e8 + 256 * 1024 * steps)
+    tensors = _series("tensors", "eager_count", "count", np.array([0, 299]), np.array([10.0, 310.0]))
+    report = build_run_report(_run(malloc, tensors, _available(steps)))
+    assert report.verdict == "leak"
+    assert report.culprits[0].hint == "census_too_short"
+    assert any("run longer" in s.trend.reason for s in report.series if s.tag == "leak/tensors/eager_count")
+
+
+def test_growing_graph_is_a_named_culprit():
+    steps = np.array([0, 40, 100, 180, 260, 340, 420, 499])
+    graph = _series("tf_graph", "ops", "ops", steps, 50.0 + 12 * steps, subject="default_graph")
+    memory = _series("process", "malloc_bytes", "bytes", np.arange(500), 2e8 + 3e3 * np.arange(500))
+    report = build_run_report(_run(graph, memory, _available(np.arange(500))))
+    assert report.verdict == "leak"
+    top = report.culprits[0]
+    assert top.kind == "graph" and top.hint == "graph_grows"
+    assert "12" in top.evidence
