@@ -26,15 +26,10 @@ READY = "[data-testid=leak-app][data-state=ready]"
 
 
 @pytest.fixture(scope="module")
-def logdir(tmp_path_factory):
-    return cp.leak_logdir(tmp_path_factory)[0]
-
-
-@pytest.fixture(scope="module")
-def browser():
+def browser(chromium):
     playwright_api = pytest.importorskip("playwright.sync_api")
     with playwright_api.sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=cp.CHROMIUM, args=cp.CHROMIUM_ARGS)
+        instance = playwright.chromium.launch(executable_path=chromium, args=cp.CHROMIUM_ARGS)
         try:
             yield instance
         finally:
@@ -42,8 +37,8 @@ def browser():
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["load_fast=false", "load_fast=true"])
-def tensorboard(request, logdir):
-    with cp.TensorBoardProcess(logdir, load_fast=request.param) as board:
+def tensorboard(request, leak_logdir, tensorboard_server):
+    with tensorboard_server(leak_logdir.path, load_fast=request.param) as board:
         yield board
 
 

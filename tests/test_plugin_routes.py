@@ -37,13 +37,8 @@ sys.addaudithook(_audit)
 
 
 @pytest.fixture(scope="module")
-def logdirs(tmp_path_factory):
-    return cp.leak_logdir(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def served(logdirs):
-    client, plugin = cp.plugin_client(logdirs[0])
+def served(leak_logdir, plugin_client):
+    client, plugin = plugin_client(leak_logdir.path)
     return client, plugin
 
 
@@ -78,13 +73,13 @@ def test_runs_lists_verdicts_leaks_first(served):
         assert 0.0 <= row["confidence"] <= 1.0
 
 
-def test_report_is_the_cli_report(served, logdirs):
+def test_report_is_the_cli_report(served, leak_logdir):
     """The plugin and the CLI are views of one report (same points, same analysis)."""
     from tb_leak_plugin.reporting import logdir as analyze
 
     client, _ = served
     body = get_json(client, "/report", run=cp.LEAKY)
-    cli = {r.run: r.to_dict() for r in analyze.analyze_logdir(logdirs[0]).runs}
+    cli = {r.run: r.to_dict() for r in analyze.analyze_logdir(leak_logdir.path).runs}
     assert body == json.loads(json.dumps(cli[cp.LEAKY]))
     assert body["verdict"] == "leak"
     assert {"run", "verdict", "confidence", "reason", "series", "culprits", "hints", "traces"} <= set(body)
@@ -260,10 +255,10 @@ def test_static_path_traversal_is_refused(served, path):
     assert client.get(PREFIX + path).status_code == 404
 
 
-def test_run_names_cannot_reach_outside_the_logdir(served, logdirs):
+def test_run_names_cannot_reach_outside_the_logdir(served, leak_logdir):
     global _OPENED
     client, plugin = served
-    logdir, outside = logdirs
+    logdir, outside = leak_logdir
     hostile = ["../outside", "%2e%2e%2foutside", "..%2foutside", outside, "/etc", "..\\outside",
                "linked/../../outside", "./../outside", "~", "leaky/../../outside"]
     _OPENED = []
@@ -304,14 +299,14 @@ def test_plugin_entry_page_and_metadata(served):
     assert listing["leak"]["loading_mechanism"]["type"] == "IFRAME"
 
 
-def test_fix_flags_keeps_every_point_and_respects_the_user(logdirs):
+def test_fix_flags_keeps_every_point_and_respects_the_user(leak_logdir):
     from tensorboard import context, program
     from tensorboard.backend.event_processing import data_ingester
     from tensorboard.plugins.core import core_plugin
 
     def configure(*args):
         board = program.TensorBoard(plugins=[core_plugin.CorePluginLoader, plugin_lib.LeakPluginLoader])
-        board.configure(argv=["tensorboard", "--logdir", logdirs[0], *args])
+        board.configure(argv=["tensorboard", "--logdir", leak_logdir.path, *args])
         return board.flags
 
     flags = configure()
@@ -348,20 +343,20 @@ def test_frontend_directory_is_found():
 # ---------------------------------------------------------------- cache
 
 
-def test_reports_are_cached_and_rebuilt_when_data_changes(logdirs, tmp_path):
+def test_reports_are_cached_and_rebuilt_when_data_changes(leak_logdir, tmp_path, plugin_client):
     from tb_leak_plugin.reporting import logdir as analyze
     from tb_leak_plugin.metadata import SeriesInfo
     from tb_leak_plugin.summary import EventWriter
 
     logdir = tmp_path / "logs"
-    shutil.copytree(os.path.join(logdirs[0], cp.ODD), logdir / "run")
+    shutil.copytree(os.path.join(leak_logdir.path, cp.ODD), logdir / "run")
     calls = []
 
     def builder(run, with_traces=True):
         calls.append(run.name)
         return analyze.report_for_run(run, with_traces=with_traces)
 
-    client, plugin = cp.plugin_client(str(logdir), report_builder=builder)
+    client, plugin = plugin_client(str(logdir), report_builder=builder)
     first = get_json(client, "/report", run="run")
     assert get_json(client, "/report", run="run") == first
     get_json(client, "/timeline", run="run", tag=cp.RSS_TAG)
@@ -378,7 +373,7 @@ def test_reports_are_cached_and_rebuilt_when_data_changes(logdirs, tmp_path):
     assert second["samples"] == first["samples"] + 30
 
 
-def test_concurrent_requests_build_each_report_once(logdirs):
+def test_concurrent_requests_build_each_report_once(leak_logdir, plugin_client):
     from tb_leak_plugin.reporting import logdir as analyze
 
     calls = []
@@ -389,7 +384,7 @@ def test_concurrent_requests_build_each_report_once(logdirs):
             calls.append(run.name)
         return analyze.report_for_run(run, with_traces=with_traces)
 
-    client, plugin = cp.plugin_client(logdirs[0], report_builder=builder, revalidate_secs=60)
+    client, plugin = plugin_client(leak_logdir.path, report_builder=builder, revalidate_secs=60)
     results, errors = [], []
 
     def hit():
@@ -411,7 +406,7 @@ def test_concurrent_requests_build_each_report_once(logdirs):
     assert sorted(calls) == sorted(set(calls)), f"a run's report was built twice: {calls}"
 
 
-def test_a_run_whose_analysis_fails_does_not_hide_the_others(logdirs):
+def test_a_run_whose_analysis_fails_does_not_hide_the_others(leak_logdir, plugin_client):
     from tb_leak_plugin.reporting import logdir as analyze
 
     def builder(run, with_traces=True):
@@ -419,7 +414,7 @@ def test_a_run_whose_analysis_fails_does_not_hide_the_others(logdirs):
             raise RuntimeError("boom")
         return analyze.report_for_run(run, with_traces=False)
 
-    client, _ = cp.plugin_client(logdirs[0], report_builder=builder)
+    client, _ = plugin_client(leak_logdir.path, report_builder=builder)
     rows = {row["run"]: row for row in get_json(client, "/runs")["runs"]}
     assert rows[cp.ODD]["verdict"] == "error" and "boom" in rows[cp.ODD]["reason"]
     assert rows[cp.LEAKY]["verdict"] == "leak"
