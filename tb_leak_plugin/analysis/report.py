@@ -305,6 +305,17 @@ _GRAPH_SUBJECTS = {"default_graph": "the default graph", "held_graphs": "graphs 
 
 def _graph_culprit(report) -> Culprit:
     where = _GRAPH_SUBJECTS.get(report.subject, report.subject)
+    if report.subject == "eager_context":
+        # Each concrete function (a trace) registers in the eager context: a
+        # library that keeps growing is retracing, or tf.functions made per step.
+        return Culprit(
+            kind="retracing", name="tf.function traces (eager context functions)",
+            growth_per_step=report.trend.slope_per_step, unit=report.unit,
+            evidence=(f"the eager context gains {report.trend.slope_per_step:.3g} functions a step: "
+                      f"tf.functions are traced again, or new ones made, every step; {report.trend.reason}"),
+            confidence=report.trend.confidence, hint="retracing",
+            details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
+        )
     what = {"ops": "operations", "functions": "functions", "graphs": "graphs"}.get(report.measure, report.measure)
     return Culprit(
         kind="graph", name=f"{what} in {where}", growth_per_step=report.trend.slope_per_step, unit=report.unit,

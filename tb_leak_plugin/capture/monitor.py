@@ -233,6 +233,7 @@ class Monitor:
         self._monitor_s = 0.0
         self._last_return = time.perf_counter()
         self._closed = False
+        self._finalizing = False
         self._write_failures = 0
 
     # -- public API -------------------------------------------------------
@@ -351,8 +352,11 @@ class Monitor:
         step = self._step
         started = time.perf_counter()
         self._train_s += started - self._last_return
-        final = [u for u in self._units if u.last_step != step]
+        # Heap walk first: its collection runs before the cheap probes read
+        # the heap, so the last point of every series counts no garbage.
+        final = sorted((u for u in self._units if u.last_step != step), key=lambda u: not u.needs_objects)
         if final:
+            self._finalizing = True
             self._run_units(step, final)
         self._monitor_s += time.perf_counter() - started
 
@@ -387,12 +391,13 @@ class Monitor:
                 if self.census_collects_garbage:
                     gc.collect()
                 census = probes_lib.collect_objects()
+                census.final = self._finalizing
                 for unit in due:
                     for probe in unit.probes:
                         if probe.needs_objects:
                             self._guarded(unit, probe, probe.announce, census)
                 walk_cost = time.perf_counter() - started
-            for unit in due:
+            for unit in sorted(due, key=lambda u: not u.needs_objects):
                 started = time.perf_counter()
                 for probe in list(unit.probes):
                     values = self._guarded(unit, probe, probe.sample, census if probe.needs_objects else None)

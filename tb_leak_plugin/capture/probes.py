@@ -20,6 +20,7 @@ import gc
 import itertools
 import operator
 import sys
+import time
 import tracemalloc
 import types
 import weakref
@@ -227,6 +228,8 @@ class Census:
     def __init__(self, objects: list):
         self.objects = objects
         self._kinds: list | None = None
+        #: The last census of a run (Monitor.close()): every probe measures fully.
+        self.final = False
         self._unhashable = False
         self._by_type: collections.Counter | None = None
         self._wanted: set = set()
@@ -418,11 +421,26 @@ class LiveTensorsProbe(Probe):
     name = "tensors"
     needs_objects = True
 
+    # The numpy scan is skipped on some heap walks when it costs more than
+    # this: on a TensorFlow heap it can cost as much as the rest of the walk,
+    # and the object counts are worth more points. It runs at least every
+    # NUMPY_MAX_SKIP + 1 walks, and always on the first and the last.
+    NUMPY_SCAN_SECONDS = 0.05
+    NUMPY_MAX_SKIP = 2
+
     def __init__(self):
         self._eager_type = None
         # type -> whether its instances are searched for arrays. Types are
         # held weakly, so a class the program drops is not kept alive.
         self._holder_cache = weakref.WeakKeyDictionary()
+        self._numpy_cost_s = 0.0
+        self._numpy_skipped = 0
+
+    def _numpy_due(self, census: "Census") -> bool:
+        if census.final or self._numpy_cost_s <= self.NUMPY_SCAN_SECONDS:
+            return True
+        wanted_skips = min(self.NUMPY_MAX_SKIP, int(self._numpy_cost_s / self.NUMPY_SCAN_SECONDS) - 1)
+        return self._numpy_skipped >= wanted_skips
 
     def announce(self, census: "Census") -> None:
         tf = _tf()
@@ -450,10 +468,15 @@ class LiveTensorsProbe(Probe):
                 sample.append((SeriesInfo("tensors", "eager_bytes", "bytes"), float(total_bytes)))
                 del tensors
         numpy = sys.modules.get("numpy")
-        if numpy is not None:
+        if numpy is not None and self._numpy_due(census):
+            started = time.perf_counter()
             count, total_bytes = _numpy_arrays(numpy.ndarray, census, self._holder_cache)
+            self._numpy_cost_s = time.perf_counter() - started
+            self._numpy_skipped = 0
             sample.append((SeriesInfo("tensors", "numpy_count", "count"), float(count)))
             sample.append((SeriesInfo("tensors", "numpy_bytes", "bytes"), float(total_bytes)))
+        elif numpy is not None:
+            self._numpy_skipped += 1
         return sample
 
 
