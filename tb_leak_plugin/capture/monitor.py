@@ -82,7 +82,7 @@ class _Unit:
     """
 
     __slots__ = ("name", "probes", "share", "spread", "min_gap_s", "min_steps", "cost_s", "spent_s",
-                 "due_train_s", "last_step", "last_train_s", "runs", "needs_objects")
+                 "due_train_s", "last_step", "last_train_s", "first_train_s", "runs", "needs_objects")
 
     def __init__(self, name, probes, share, spread, min_gap_s, min_steps):
         self.name = name
@@ -96,6 +96,7 @@ class _Unit:
         self.due_train_s = 0.0
         self.last_step = None
         self.last_train_s = 0.0
+        self.first_train_s = 0.0
         self.runs = 0
         self.needs_objects = any(p.needs_objects for p in probes)
 
@@ -105,8 +106,10 @@ class _Unit:
             return
         need = self.spent_s + (1.0 + _FINAL_RESERVE) * self.cost_s
         paid = _train_time_paying(self.share, budget, allowance_s, need)
-        spaced = max(self.last_train_s * (1.0 + self.spread / (self.runs + 1)),
-                     self.last_train_s + self.min_gap_s)
+        # Spacing grows with the training time since the unit's first run (the
+        # program may have trained, or set up, long before its first sample).
+        since = self.last_train_s - self.first_train_s
+        spaced = self.first_train_s + max(since * (1.0 + self.spread / (self.runs + 1)), since + self.min_gap_s)
         self.due_train_s = max(paid, spaced)
 
 
@@ -445,6 +448,8 @@ class Monitor:
             unit.spent_s += cost
             unit.last_step = step
             unit.last_train_s = now
+            if unit.runs == 0:
+                unit.first_train_s = now
             unit.runs += 1
             unit.schedule(self.overhead_budget, self.overhead_allowance_s)
         self._units = [u for u in self._units if u.probes]
