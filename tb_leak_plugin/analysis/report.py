@@ -242,11 +242,14 @@ def _corroborate_memory(by_role) -> None:
     others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES) for r in by_role.get(role, [])
               if r.trend is not None and r.trend.verdict == "leak"]
     malloc = next((r for r in memory if r.measure == "malloc_bytes"), None)
-    allocator_grows = "bytes_in_use" in leaking or "malloc_bytes" in leaking
+    # TensorFlow's allocator counts tensors: its growth corroborates. The C
+    # allocator, RSS and Python's blocks measure one growth three ways.
+    allocator_grows = "bytes_in_use" in leaking
     for report in memory:
-        if report.trend.verdict != "leak" or report.group != "process" or report.measure == "malloc_bytes":
+        if report.trend.verdict != "leak" or report.group not in ("process", "python"):
             continue
-        if malloc is not None and malloc.trend.verdict == "no_leak" and report.measure != "uss_bytes":
+        if (malloc is not None and malloc.trend.verdict == "no_leak" and report.group == "process"
+                and report.measure not in ("uss_bytes", "malloc_bytes")):
             why = (f"{report.trend.reason}; but the C allocator's bytes in use stay flat "
                    f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation, not a leak")
             report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="allocator_cache",
