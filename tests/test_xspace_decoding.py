@@ -218,3 +218,17 @@ def test_decoder_rejects_every_truncation_cleanly():
 )
 def test_stat_values_as_int64(value, expected):
     assert xplane._as_int(value) == expected
+
+
+def test_decoder_matches_protobuf_on_runs_of_empty_events():
+    """Empty events (``0x22 0x00``) come in bulk, between ordinary ones."""
+    space = new_space()
+    plane = add_plane(space)
+    plane.message.event_metadata[0].name = "empty"  # an empty event's metadata id is 0
+    for k in range(3):
+        plane.event("a", "MemoryAllocation", at(k), addr=k + 1, allocation_bytes=64)
+        for _ in range(1000 * k + 1):
+            plane.line("a").events.add()
+    data = space.SerializeToString()
+    assert decoded_events(data) == reference_events(data)
+    assert decode_space(data, select_names=lambda name: True).planes[0].total_events == 3006

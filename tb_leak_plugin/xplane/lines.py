@@ -23,6 +23,7 @@ _EVENT_TAG = 0x22  # XLine.events: field 4, length-delimited
 _SCAN_BYTES = 1 << 17  # bytes searched for event starts at a time: bounds the working arrays
 _CHARGE_EVERY = 4096  # events found one by one are charged in batches of this many
 _MAX_EVENT_BYTES = (1 << 31) - 1  # event lengths are kept as int32
+_EMPTY_RUN = 1 << 16  # empty events taken in bulk at a time
 
 
 # -- the space and its planes ----------------------------------------------------------------
@@ -175,16 +176,13 @@ def _event_starts(buf, low: int, stop: int) -> _Candidates:
     id> 0x10`` (the events field, then metadata_id, then offset_ps; lengths
     and ids of one or two bytes). Stats nested in an event never match (their
     second field is never 0x10), and a stray match inside an event is never
-    followed: see :func:`_walk_events`. Empty events (``0x22 0x00``) are
-    candidates too (id -1), so that a run of them is not walked one by one.
+    followed: see :func:`_walk_events`.
     """
     last = min(stop, buf.size) - 7  # the signature reads up to 6 bytes ahead
     high = min(last, low + _SCAN_BYTES)
-    tags = low + np.flatnonzero(buf[low:max(low, high)] == _EVENT_TAG)
-    empty = tags[buf[tags + 1] == 0]
+    at = low + np.flatnonzero(buf[low:max(low, high)] == _EVENT_TAG)
     # Cheap first cut: offset_ps's tag sits 4, 5 or 6 bytes in.
-    at = tags[(buf[tags + 4] == 0x10) | (buf[tags + 5] == 0x10) | (buf[tags + 6] == 0x10)]
-    del tags
+    at = at[(buf[at + 4] == 0x10) | (buf[at + 5] == 0x10) | (buf[at + 6] == 0x10)]
     first = buf[at + 1]
     long_length = first >= 0x80
     second = buf[at + 2]
@@ -202,19 +200,21 @@ def _event_starts(buf, low: int, stop: int) -> _Candidates:
     ok &= end <= stop
     metadata_id = np.where(long_id, (id_first & 0x7F).astype(np.int64)
                            | (id_second.astype(np.int64) << 7), id_first.astype(np.int64))
-    records, bodies, lengths, ids = at[ok], body[ok], length[ok], metadata_id[ok]
-    if empty.size:  # never a signature match (its length byte is >= 3): merge by position
-        order = np.argsort(np.concatenate([records, empty]), kind="stable")
-        records = np.concatenate([records, empty])[order]
-        bodies = np.concatenate([bodies, empty + 2])[order]
-        lengths = np.concatenate([lengths, np.zeros(empty.size, np.int64)])[order]
-        ids = np.concatenate([ids, np.full(empty.size, -1, np.int64)])[order]
-    ends = bodies + lengths
+    records, ends = at[ok], end[ok]
     chained = np.zeros(records.size, dtype=bool)
     chained[:-1] = ends[:-1] == records[1:]
-    return _Candidates(records=records, bodies=bodies, lengths=lengths, ends=ends, ids=ids,
-                       breaks=np.flatnonzero(~chained),  # the last candidate always breaks
+    return _Candidates(records=records, bodies=body[ok], lengths=length[ok], ends=ends,
+                       ids=metadata_id[ok], breaks=np.flatnonzero(~chained),  # the last breaks
                        high=max(high, low + 1))
+
+
+def _empty_events_at(buf, pos: int, stop: int) -> int:
+    """How many empty events (``0x22 0x00``) follow each other from ``pos``, up
+    to ``_EMPTY_RUN`` (there is one at ``pos``): found in bulk, not one Python
+    step each."""
+    pairs = buf[pos : pos + 2 * min(_EMPTY_RUN, (stop - pos) // 2)].reshape(-1, 2)
+    empty = (pairs[:, 0] == _EVENT_TAG) & (pairs[:, 1] == 0)
+    return int(empty.size if empty.all() else np.argmin(empty))
 
 
 def _walk_events(data, buf, first: int, stop: int, events: _EventList) -> int:
@@ -236,6 +236,11 @@ def _walk_events(data, buf, first: int, stop: int, events: _EventList) -> int:
             j = int(chunk.breaks[np.searchsorted(chunk.breaks, k)])
             events.add_run(chunk.bodies[k : j + 1], chunk.lengths[k : j + 1], chunk.ids[k : j + 1])
             pos = int(chunk.ends[j])
+        elif pos + 3 < stop and data[pos + 1] == 0 and data[pos + 2] == _EVENT_TAG:
+            count = _empty_events_at(buf, pos, stop)  # a run of empty events
+            bodies = pos + 2 + 2 * np.arange(count, dtype=np.int64)
+            events.add_run(bodies, np.zeros(count, np.int32), np.full(count, -1, np.int16))
+            pos += 2 * count
         else:
             length, body = read_varint(data, pos + 1, stop)
             if body + length > stop:
