@@ -13,10 +13,16 @@ Then times, in the same run, on the same file:
 * xprof's ``memory_profile`` tool: ``raw_to_tool_data.xspace_to_tool_data
   ([path], "memory_profile", {})`` (``pip install xprof``; skipped, with a
   note, when it does not import). It reports the peak and what is live at
-  the peak, not leaks; it is the nearest peer that reads the same file.
+  the peak, not leaks; it is the nearest peer that reads the same file;
+* the case for the hand-written XSpace decoder: ours
+  (``analysis.trace.decode`` + ``extract_memory_events``: every memory event
+  with its stats, as arrays) against parsing the file with protobuf's upb
+  runtime (``xplane.schema.XSpace.FromString``) and walking it in Python to
+  the same rows (checked: same count, same time, address and byte sums);
 
-and our peak memory, measured in a fresh subprocess: peak RSS growth
-during the analysis, and tracemalloc's peak (Python objects and numpy).
+and peak memory, measured in fresh subprocesses: ours (peak RSS growth
+during the analysis, and tracemalloc's peak: Python objects and numpy), and
+the upb parse + walk's peak RSS growth.
 
     python benchmarks/bench_traces.py [--trace PATH] [--steps 2000] [--repeat 3]
 
@@ -41,8 +47,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import numpy as np  # noqa: E402
+
 from tb_leak_plugin.reporting import traces  # noqa: E402
+from tb_leak_plugin.analysis import trace  # noqa: E402
 from tb_leak_plugin.analysis.trace import format_bytes  # noqa: E402
+from tb_leak_plugin.xplane import schema as xplane  # noqa: E402
 
 SPEED_TARGET = 5.0
 MEMORY_TARGET = 4.0
@@ -126,6 +136,87 @@ MEASURE = textwrap.dedent(
 )
 
 
+MEASURE_UPB = textwrap.dedent(
+    """
+    import json, resource, sys
+    sys.path.insert(0, {root!r})
+    sys.path.insert(0, {benchmarks!r})
+    import bench_traces
+
+    def high_water_bytes():
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+
+    def current_bytes():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+
+    base = max(current_bytes(), high_water_bytes())
+    with open({path!r}, "rb") as handle:
+        rows = bench_traces.memory_rows_by_upb(handle.read())
+    print(json.dumps(dict(rss_growth=max(0, high_water_bytes() - base), rows=rows["rows"])))
+    """
+)
+
+# The stats of a memory event that the rows carry (what the analysis reads:
+# a free is paired by address and allocator only).
+ROW_STATS = {
+    trace.MEMORY_ALLOCATION: {"addr", "allocation_bytes", "requested_bytes", "allocator_name",
+                              "tf_op", "region_type", "shape", "data_type"},
+    trace.MEMORY_DEALLOCATION: {"addr", "allocator_name"},
+}
+
+
+def memory_rows_by_decoder(data: bytes) -> dict:
+    """Our way: the columnar decoder, then the memory events as arrays."""
+    events = trace.extract_memory_events(trace.decode(data))
+    return _summary(events.time_ps, events.address, events.bytes)
+
+
+def memory_rows_by_upb(data: bytes) -> dict:
+    """The plain way: parse the whole XSpace with upb, walk every event in
+    Python, keep the memory events with their stats, then the same columns."""
+    space = xplane.XSpace.FromString(data)
+    stamps = [line.timestamp_ns for plane in space.planes for line in plane.lines]
+    base_ns = min(stamps) if stamps else 0
+    rows = []
+    for plane in space.planes:
+        stat_names = {sid: meta.name for sid, meta in plane.stat_metadata.items()}
+        read = {mid: ROW_STATS[meta.name] for mid, meta in plane.event_metadata.items()
+                if meta.name in ROW_STATS}
+        for line in plane.lines:
+            line_ps = (line.timestamp_ns - base_ns) * 1000
+            for event in line.events:
+                wanted = read.get(event.metadata_id)
+                if wanted is None:
+                    continue
+                stats = {}
+                for stat in event.stats:
+                    name = stat_names.get(stat.metadata_id)
+                    if name not in wanted:
+                        continue
+                    kind = stat.WhichOneof("value")
+                    if kind == "ref_value":
+                        stats[name] = stat_names.get(stat.ref_value, "")
+                    elif kind is not None:
+                        stats[name] = getattr(stat, kind)
+                if "addr" in stats:  # as the analysis: no address, nothing to pair
+                    rows.append((line_ps + event.offset_ps, stats))
+    times = np.array([t for t, _ in rows], dtype=np.int64)
+    address = np.array([int(s["addr"]) % (1 << 64) for _, s in rows], dtype=np.uint64).view(np.int64)
+    size = np.array([int(s.get("allocation_bytes") or 0) or int(s.get("requested_bytes") or 0)
+                     for _, s in rows], dtype=np.int64)
+    return _summary(times, address, size)
+
+
+def _summary(times, address, size) -> dict:
+    """What both ways must agree on: how many rows, and sums of their columns."""
+    return dict(rows=int(times.size), time_sum=int(times.sum()),
+                address_sum=int(address.astype(np.uint64).sum()), bytes_sum=int(size.sum()))
+
+
 def record_trace(path: str, steps: int) -> str:
     """Record the benchmark trace into ``path`` (a .xplane.pb file)."""
     workdir = tempfile.mkdtemp(prefix="tb_leak_bench_record_")
@@ -207,6 +298,8 @@ def main() -> None:
         print(f"speed: ours is {ratio:.1f}x faster than xprof ({verdict} the >= "
               f"{SPEED_TARGET:.0f}x target)")
 
+    bench_decoder(path, args.repeat)
+
     measured = subprocess.run(
         [sys.executable, "-c", MEASURE.format(root=ROOT, path=path)],
         capture_output=True, text=True, check=True, timeout=600,
@@ -219,6 +312,33 @@ def main() -> None:
     print(f"memory: peak RSS growth {format_bytes(growth)} ({growth / size:.2f}x the file), "
           f"tracemalloc peak {format_bytes(traced)} ({traced / size:.2f}x); "
           f"{verdict} the <= {MEMORY_TARGET:.0f}x target")
+    measured = subprocess.run(
+        [sys.executable, "-c", MEASURE_UPB.format(root=ROOT, benchmarks=os.path.dirname(
+            os.path.abspath(__file__)), path=path)],
+        capture_output=True, text=True, check=True, timeout=600,
+    )
+    upb = json.loads(measured.stdout.strip().splitlines()[-1])
+    print(f"memory of upb parse + walk: peak RSS growth {format_bytes(upb['rss_growth'])} "
+          f"({upb['rss_growth'] / size:.2f}x the file)")
+
+
+def bench_decoder(path: str, repeat: int) -> None:
+    """Our decoder against upb + a Python walk, to the same memory-event rows."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    ours_rows, upb_rows = memory_rows_by_decoder(data), memory_rows_by_upb(data)
+    if ours_rows != upb_rows:
+        sys.exit(f"decoder and upb disagree: {ours_rows} vs {upb_rows}")
+    ours_all, upb_all = [], []
+    for _ in range(repeat):  # interleaved
+        ours_all.append(median_seconds(lambda: memory_rows_by_decoder(data), 1)[0])
+        upb_all.append(median_seconds(lambda: memory_rows_by_upb(data), 1)[0])
+    ours, upb = statistics.median(ours_all), statistics.median(upb_all)
+    print(f"memory events with their stats ({ours_rows['rows']} rows, same in both):")
+    print(f"  ours (columnar decoder):       median {ours:.3f} s  "
+          f"(runs: {', '.join(f'{t:.3f}' for t in ours_all)})")
+    print(f"  upb XSpace.FromString + walk:  median {upb:.3f} s  "
+          f"(runs: {', '.join(f'{t:.3f}' for t in upb_all)})  {upb / ours:.1f}x ours")
 
 
 if __name__ == "__main__":
