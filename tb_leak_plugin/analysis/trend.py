@@ -459,7 +459,10 @@ def _leak_checks(ev: _Evidence) -> _Checks:
     l_level, l_slope, l_se, l_df = an.line
     line_window = an.t_end - an.t_warmup
     line_lo = l_slope - t_ppf(0.975, l_df) * l_se
-    staircase = (ev.unit == "bytes" and an.tail is not None and not stopped and line_lo > 0
+    # The tail must still grow for sure, at a good share of the average pace.
+    tail_grows = an.tail is not None and not stopped and not weak_tail and \
+        an.tail[0] - t_ppf(0.99, an.tail[2]) * an.tail[1] > 0
+    staircase = (ev.unit == "bytes" and tail_grows and line_lo > 0
                  and line_lo * line_window >= STAIRCASE_MIN_GROWTH * ev.level
                  and line_lo * line_window >= material)
     if staircase and not (significant and not stopped and not weak_tail and survives_step):
