@@ -79,6 +79,7 @@ def read_fields(data, pos: int, end: int, what: str):
 
 
 def as_signed(value: int) -> int:
+    """A varint's uint64 value read as the int64 it encodes."""
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
@@ -369,4 +370,5 @@ def _read_any_field(buf, plan, found, messages, rows, after):
 
 
 def concat(parts, dtype):
+    """The arrays ``parts`` joined as ``dtype`` (an empty array when there are none)."""
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
