@@ -155,12 +155,22 @@ def test_saturating_cache_still_creeping_at_the_end_is_not_a_leak():
 
 
 def test_too_few_samples_is_inconclusive():
-    steps = steps_of(4)
+    steps = steps_of(3)
     result = assess_series(steps, BASE + 1e6 * steps)
     assert result.verdict == "inconclusive"
-    assert "only 4" in result.reason and "run longer" in result.reason
-    # Exact growth between every sample: an explicit lower minimum decides.
-    assert assess_series(steps, BASE + 1e6 * steps, min_samples=3).verdict == "leak"
+    assert "only 3" in result.reason and "run longer" in result.reason
+    # Four samples of exact growth between every one of them decide.
+    steps = steps_of(4)
+    assert assess_series(steps, BASE + 1e6 * steps).verdict == "leak"
+
+
+def test_a_last_sample_after_the_loop_released_its_memory_is_left_out():
+    # close() samples after the training function returned and freed its list.
+    steps = np.array([0, 60, 150, 260, 380, 499, 500])
+    values = np.array([3.0, 63, 153, 263, 383, 502, 0.0])
+    result = assess_series(steps, values, unit="count")
+    assert result.verdict == "leak", result.reason
+    assert "left out" in result.reason
 
 
 def test_samples_needed_follow_from_the_noise():

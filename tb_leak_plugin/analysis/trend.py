@@ -100,7 +100,7 @@ STAIRCASE_MIN_GROWTH = 0.02
 # reading), left out so that one point cannot flip a verdict.
 SPIKE_NOISE_SD = 25.0
 # Fewer finite samples than this are never judged.
-MIN_SAMPLES = 5
+MIN_SAMPLES = 4
 # Series shorter than this are judged by `_decide_small` (the warm-up, onset
 # and tail searches need more points).
 SMALL_SERIES = 12
@@ -200,6 +200,8 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     """
     steps_f, values_f, walls_f, dropped = _prepare(steps, values, wall_times)
     steps_f, values_f, walls_f, spikes = _drop_spikes(steps_f, values_f, walls_f)
+    steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f)
+    spikes += released
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
         return _too_few(n, dropped, unit, min_samples, walls_f)
@@ -318,6 +320,26 @@ def _drop_spikes(t, y, w):
     keep = np.ones(y.size, dtype=bool)
     keep[1:-1] = ~spike
     return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
+
+
+def _drop_final_release(t, y, w):
+    """Leave out a last sample that falls back most of the way to the start.
+
+    The monitor's last sample is taken at ``close()``, often after the
+    training function returned and its locals (the list that leaked) were
+    freed. What grew until then is still the loop's behaviour; the drop at
+    the very end says nothing about a long run. Returns the arrays and 1 if
+    the last sample was left out, else 0.
+    """
+    if y.size < 5:
+        return t, y, w, 0
+    grown = float(y[-2] - np.min(y[:-1]))
+    drop = float(y[-2] - y[-1])
+    steps_up = np.diff(y[:-1])
+    rising = np.count_nonzero(steps_up > 0) >= 0.6 * steps_up.size
+    if grown > 0 and drop > 0.5 * grown and rising:
+        return t[:-1], y[:-1], (w[:-1] if w is not None else None), 1
+    return t, y, w, 0
 
 
 def _aggregate_blocks(t, y):
