@@ -206,7 +206,7 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     if n < max(int(min_samples), 3):
         return _too_few(n, dropped, unit, min_samples, walls_f)
     if n < SMALL_SERIES:
-        return _decide_small(steps_f, values_f, walls_f, dropped, unit, available_bytes)
+        return _decide_small(steps_f, values_f, walls_f, dropped, unit, available_bytes, spikes)
     scale = float(np.max(np.abs(values_f)))
     if not scale < 1e150:
         # Squares of such values overflow; no memory series gets near this.
@@ -700,7 +700,7 @@ def _samples_note(n, dropped, spikes=0):
     if dropped:
         notes.append(f"{dropped} non-finite sample{'s' if dropped != 1 else ''} dropped")
     if spikes:
-        notes.append(f"{spikes} isolated spike{'s' if spikes != 1 else ''} left out")
+        notes.append(f"{spikes} isolated spike{'s' if spikes != 1 else ''} or final release left out")
     return f" ({'; '.join(notes)})" if notes else ""
 
 
@@ -737,7 +737,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.3g} h"
 
 
-def _decide_small(t, y, walls, dropped, unit, available_bytes) -> TrendResult:
+def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> TrendResult:
     """A verdict from a few samples: least squares after the first sample, plus
     the growth between each of the last samples.
 
@@ -793,7 +793,7 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes) -> TrendResult:
                 sec_ex = steps_ex / sps if sps else None
         how = "by the same amount between every sample" if exact else "between every one of the last samples"
         reason = (f"grows {_fmt(slope, unit)}/step (95% CI {_fmt_range(lo, hi, unit)}), {how}: "
-                  f"{spread}{_samples_note(n, dropped)}")
+                  f"{spread}{_samples_note(n, dropped, spikes)}")
         conf = 1.0 - p_value if exact else min(1.0 - p_value, t_cdf((growth - material) / max(se * span, 1e-300), df))
         return TrendResult(verdict="leak", confidence=_clip01(conf), p_value=p_value,
                            onset_step=int(tf[0]), total_growth=growth, seconds_to_exhaustion=sec_ex,
@@ -818,7 +818,7 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes) -> TrendResult:
             shape = "flat"
         return TrendResult(verdict="no_leak", confidence=0.9 if flat_end else 0.8, p_value=max(p_value, 0.5),
                            onset_step=None, total_growth=growth, seconds_to_exhaustion=None,
-                           steps_to_exhaustion=None, reason=reason + _samples_note(n, dropped), shape=shape, **base)
+                           steps_to_exhaustion=None, reason=reason + _samples_note(n, dropped, spikes), shape=shape, **base)
     if slope > 0 and p_value < ALPHA_LEAK and not steady:
         why = "grows, but not steadily between the last samples"
     elif slope > 0 and p_value < ALPHA_LEAK:
@@ -826,7 +826,7 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes) -> TrendResult:
     else:
         why = "too few samples to tell growth from noise"
     reason = (f"{why}: {_fmt(slope, unit)}/step (95% CI {_fmt_range(lo, hi, unit)}) from "
-              f"{spread}{_samples_note(n, dropped)}{_advice(n, walls)}")
+              f"{spread}{_samples_note(n, dropped, spikes)}{_advice(n, walls)}")
     return TrendResult(verdict="inconclusive", confidence=0.5, p_value=p_value, onset_step=None,
                        total_growth=growth, seconds_to_exhaustion=None, steps_to_exhaustion=None,
                        reason=reason, shape="too_few", **base)
