@@ -4,6 +4,7 @@ Everything is read back through TensorBoard's own data provider.
 """
 
 import gc
+import json
 import logging
 import os
 import subprocess
@@ -203,24 +204,38 @@ def test_census_keeps_no_reference_to_user_objects(tmp_path):
 
 
 def test_monitor_stays_within_overhead_budget(tmp_path):
-    # Defaults: at most 1% of training time plus the 2 s allowance per run,
-    # the baseline and the final sample at close() included.
-    a = np.random.default_rng(0).normal(size=(160, 160))
-    with tbleak.Monitor(str(tmp_path / "run")) as monitor:
-        deadline = time.perf_counter() + 4.0
-        step = 0
-        while time.perf_counter() < deadline:
-            for _ in range(3):
-                a = np.tanh(a @ a.T / 160)
-            monitor.sample(step)
-            step += 1
-    stats = monitor.stats()
-    # Allow a little slack for timer noise on a shared machine.
-    assert stats["monitor_seconds"] <= 0.01 * stats["train_seconds"] + 2.0 + 0.25, stats
-    assert stats["monitor_seconds"] <= stats["budget_seconds"] + 0.25, stats
-    # A 4-second run is dense enough to judge: many cheap samples, several heap walks.
-    assert stats["units"]["cheap"]["runs"] >= 100, stats
-    assert stats["units"]["heap"]["runs"] >= 4, stats
+    # Defaults, in a program of its own (this test process's heap is every
+    # test module's): at most 1% of training time plus the 2 s allowance per
+    # run, the baseline included; the final sample at close() may add one walk.
+    script = textwrap.dedent(f"""
+        import json, time
+        import numpy as np
+        import tb_leak_plugin as tbleak
+        a = np.random.default_rng(0).normal(size=(160, 160))
+        kept = []
+        with tbleak.Monitor({str(tmp_path / 'run')!r}) as monitor:
+            deadline = time.perf_counter() + 4.0
+            step = 0
+            while time.perf_counter() < deadline:
+                for _ in range(3):
+                    a = np.tanh(a @ a.T / 160)
+                kept.append(np.ones(64))
+                monitor.sample(step)
+                step += 1
+            during = monitor.stats()
+        print(json.dumps({{"during": during, "after": monitor.stats()}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    during, after = stats["during"], stats["after"]
+    slack = 0.25  # timer noise on a shared machine
+    assert during["monitor_seconds"] <= 0.01 * during["train_seconds"] + 2.0 + slack, during
+    final_walk = after["units"]["heap"]["cost_seconds"]
+    assert after["monitor_seconds"] <= 0.01 * after["train_seconds"] + 2.0 + final_walk + slack, after
+    # Four seconds are enough to judge: many cheap samples, several heap walks.
+    assert after["units"]["cheap"]["runs"] >= 100, after
+    assert after["units"]["heap"]["runs"] >= 5, after
 
 
 def test_long_run_overhead_tends_to_one_percent():
@@ -229,8 +244,8 @@ def test_long_run_overhead_tends_to_one_percent():
     from tb_leak_plugin.capture import monitor as monitor_lib
 
     for train_s in (2.0, 30.0, 300.0, 3 * 86400.0):
-        spent = 0.9 * (0.01 * train_s + 2.0 * train_s / (train_s + 0.5))
-        due = monitor_lib._train_time_paying(0.9, 0.01, 2.0, spent)
+        spent = 0.82 * (0.01 * train_s + 2.0 * train_s / (train_s + 0.5))
+        due = monitor_lib._train_time_paying(0.82, 0.01, 2.0, spent)
         assert abs(due - train_s) <= 1e-6 * train_s
     # After 3 days the allowance is a rounding error next to 1%.
     assert (0.01 * 259200 + 2.0) / 259200 < 0.0101

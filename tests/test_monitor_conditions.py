@@ -230,8 +230,10 @@ def test_hostile_classes_do_not_switch_the_census_off(tmp_path, caplog):
                 monitor.sample(step)
     assert not any("switched off" in r.getMessage() for r in caplog.records), \
         [r.getMessage() for r in caplog.records]
+    # The census ran at every step; the numpy scan at least at the first and last.
+    assert _points(tmp_path, "leak/gc/tracked_objects")["run"] == list(range(5))
     counts = _points(tmp_path, "leak/tensors/numpy_count")["run"]
-    assert counts == list(range(5))
+    assert len(counts) >= 2 and counts[0] == 0, counts  # the steps the numpy scan ran at
     data = reader.load_logdir(str(tmp_path))
     tags = set(data.runs[0].series)
     assert any(tag.endswith("_BadModule") for tag in tags) or "leak/gc/tracked_objects" in tags
@@ -261,7 +263,9 @@ def test_memory_summary_inside_tf_function_is_measured_each_run(tmp_path):
             hold.append(np.ones(1 << 20))  # 8 MiB, written, between runs: the values must differ
     writer.flush()
     data = reader.load_logdir(str(tmp_path))
-    series = data.runs[0].series["leak/process/rss_bytes"]
+    # The C allocator's bytes are exact (RSS lags and reuses pages); RSS where
+    # mallinfo2 does not exist.
+    series = data.runs[0].series.get("leak/process/malloc_bytes") or data.runs[0].series["leak/process/rss_bytes"]
     assert list(series.steps) == [0, 1, 2, 3]
     assert series.values[-1] - series.values[0] > 16 << 20
 

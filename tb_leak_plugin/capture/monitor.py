@@ -64,8 +64,8 @@ ALLOWANCE_HALF_S = 0.5
 # runs and to a few thousand points in long ones. The heap walk is the most
 # informative and the most expensive group.
 _GROUPS = {
-    "cheap": {"share": 0.07, "spread": 0.01, "min_gap_s": 0.0},
-    "heap": {"share": 0.9, "spread": 2.0, "min_gap_s": 0.25},
+    "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0},
+    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.25},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.25},
 }
 # Room kept in the budget for the final run at close(), in runs of the unit.

@@ -426,7 +426,7 @@ class LiveTensorsProbe(Probe):
     # and the object counts are worth more points. It runs at least every
     # NUMPY_MAX_SKIP + 1 walks, and always on the first and the last.
     NUMPY_SCAN_SECONDS = 0.05
-    NUMPY_MAX_SKIP = 2
+    NUMPY_MAX_SKIP = 5
 
     def __init__(self):
         self._eager_type = None
