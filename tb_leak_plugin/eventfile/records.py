@@ -85,7 +85,7 @@ def value_prefix(tag: str) -> bytes:
 
     Value{tag=1, tensor=8{dtype=1: DT_FLOAT, float_val=5 packed}}; writing
     these by hand is ~10x cheaper than building protos on every sample, and
-    ``tests/test_format_and_loading.py`` checks the bytes against protobuf's
+    ``tests/test_summary_format.py`` checks the bytes against protobuf's
     encoding.
     """
     encoded_tag = tag.encode("utf-8")
