@@ -193,6 +193,165 @@ def plain_python(run_dir, leaky, steps, profile):
             monitor.sample(step)
 
 
+# The four classic causes of TensorFlow leaks: graphs and sessions (TF1 code),
+# in-place updates whose results are kept, and graphs or functions built in
+# the loop. The graph-mode patterns call tf.compat.v1.disable_eager_execution():
+# safe, because every pattern runs in its own process.
+
+
+def v1_graph_growth(run_dir, leaky, steps, profile):
+    """tf.compat.v1 graph mode: the training ops are built inside the loop, so the graph grows."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.reset_default_graph()  # a fresh global graph for each run (the fixed one finalizes it)
+
+    batches = np.random.default_rng(0).normal(size=(4, 256, 256)).astype("float32")
+    x = tf.compat.v1.placeholder(tf.float32, [256, 256])
+    w = tf.compat.v1.Variable(tf.random.normal([256, 256], stddev=0.05))
+
+    def build_train_op():
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+        return tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss), loss
+
+    if not leaky:
+        train_op, loss = build_train_op()  # FIX: build the graph once, before the loop ...
+    init = tf.compat.v1.global_variables_initializer()
+    if not leaky:
+        tf.compat.v1.get_default_graph().finalize()  # ... and finalize it: adding an op now raises
+    with tf.compat.v1.Session() as sess, _monitor(run_dir, profile) as monitor:
+        sess.run(init)
+        for step in range(steps):
+            if leaky:
+                train_op, loss = build_train_op()  # LEAK: new loss, gradient and update ops every step
+            sess.run([train_op, loss], {x: batches[step % 4]})
+            monitor.sample(step)
+
+
+def session_per_step(run_dir, leaky, steps, profile):
+    """tf.compat.v1: a new Session opened for every evaluation and never closed."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.reset_default_graph()
+
+    batches = np.random.default_rng(0).normal(size=(2, 512, 256)).astype("float32")
+    x = tf.compat.v1.placeholder(tf.float32, [512, 256])
+    w = tf.compat.v1.Variable(tf.random.normal([256, 256], stddev=0.05))  # 256 KiB in every session
+    hidden = x
+    for _ in range(24):  # an evaluation tower (one shared weight, to keep the demo small)
+        hidden = tf.nn.relu(tf.matmul(hidden, w))
+    score = tf.reduce_mean(hidden)
+    init = tf.compat.v1.global_variables_initializer()
+    tf.compat.v1.get_default_graph().finalize()  # the graph is built once in both versions
+
+    with _monitor(run_dir, profile) as monitor:
+        if leaky:
+            for step in range(steps):
+                # LEAK: a session per evaluation, never closed. An InteractiveSession makes itself
+                # the default session and stays on TensorFlow's default-session stack, with its own
+                # runtime and its own copy of the variables, until close().
+                sess = tf.compat.v1.InteractiveSession()
+                sess.run(init)
+                sess.run(score, {x: batches[step % 2]})
+                monitor.sample(step)
+        else:
+            with tf.compat.v1.Session() as sess:  # FIX: one session, closed by its `with` block
+                sess.run(init)
+                for step in range(steps):
+                    sess.run(score, {x: batches[step % 2]})
+                    monitor.sample(step)
+
+
+def inplace_updates(run_dir, leaky, steps, profile):
+    """What in-place updates return, kept: `w.assign_sub(...)` results, a TensorArray grown in Python."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.random.normal([256, 256], stddev=0.05))
+    ema = tf.Variable(tf.zeros([256, 256]))  # a moving average of the weights
+    kept = []
+    if leaky:
+        trajectory = tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+    with _monitor(run_dir, profile) as monitor:
+        for step in range(steps):
+            x = tf.random.normal([4096, 256])
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+            updated = w.assign_sub(0.01 * tape.gradient(loss, w))  # in place; returns the new value
+            averaged = ema.assign(0.99 * ema + 0.01 * updated)
+            if leaky:
+                kept.append(updated)  # LEAK: the update's result, kept "for later" ...
+                trajectory = trajectory.write(step, averaged)  # ... and a 256 KiB copy per step, never stacked
+            else:
+                kept.append(float(tf.norm(averaged)))  # FIX: keep a number, not the op's result
+            monitor.sample(step)
+
+
+def function_per_step(run_dir, leaky, steps, profile):
+    """A new tf.function built every iteration and kept (a "compile cache" keyed per step)."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.random.normal([256, 256], stddev=0.05))
+
+    def make_train_step(learning_rate):
+        @tf.function
+        def train_step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+            w.assign_sub(learning_rate * tape.gradient(loss, w))
+            return loss
+
+        return train_step
+
+    @tf.function
+    def train_step(x, learning_rate):  # FIX: one tf.function, defined once outside the loop ...
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+        w.assign_sub(learning_rate * tape.gradient(loss, w))
+        return loss
+
+    compiled = {}  # step functions by learning rate: "compile each configuration once"
+    with _monitor(run_dir, profile) as monitor:
+        for step in range(steps):
+            learning_rate = 0.1 / (1.0 + 0.01 * step)  # a decaying schedule
+            x = tf.random.normal([256, 256])
+            if leaky:
+                if learning_rate not in compiled:
+                    # LEAK: the key changes every step: a new tf.function (and graph) per step, all kept
+                    compiled[learning_rate] = make_train_step(learning_rate)
+                compiled[learning_rate](x)
+            else:
+                train_step(x, tf.constant(learning_rate))  # ... with the rate passed as a tensor
+            monitor.sample(step)
+
+
+def graph_in_loop(run_dir, leaky, steps, profile):
+    """Ops added to a graph every step under `with tf.Graph().as_default():` (a batch as tf.constant)."""
+    import numpy as np
+    import tensorflow as tf
+
+    batches = np.random.default_rng(0).normal(size=(4, 512, 128)).astype("float32")
+    with tf.Graph().as_default() as graph:
+        w = tf.compat.v1.Variable(tf.random.normal([128, 128], stddev=0.1))
+        if not leaky:
+            x = tf.compat.v1.placeholder(tf.float32, [512, 128])  # FIX: a placeholder, built once ...
+            score = tf.reduce_mean(tf.nn.relu(tf.matmul(x, w)))
+        init = tf.compat.v1.global_variables_initializer()
+        if not leaky:
+            graph.finalize()  # ... in a finalized graph
+        with tf.compat.v1.Session(graph=graph) as sess, _monitor(run_dir, profile) as monitor:
+            sess.run(init)
+            for step in range(steps):
+                batch = batches[step % 4]
+                if leaky:
+                    # LEAK: the batch becomes a constant in the graph (256 KiB), with new ops, every step
+                    sess.run(tf.reduce_mean(tf.nn.relu(tf.matmul(tf.constant(batch), w))))
+                else:
+                    sess.run(score, {x: batch})  # ... and fed every step
+                monitor.sample(step)
+
 PATTERNS = {
     "tensor_history": tensor_history,
     "retracing": retracing,
@@ -201,6 +360,11 @@ PATTERNS = {
     "unbounded_cache": unbounded_cache,
     "keras_fit": keras_fit,
     "plain_python": plain_python,
+    "v1_graph_growth": v1_graph_growth,
+    "session_per_step": session_per_step,
+    "inplace_updates": inplace_updates,
+    "function_per_step": function_per_step,
+    "graph_in_loop": graph_in_loop,
 }
 
 # Patterns that must run without TensorFlow ever being imported.
@@ -216,12 +380,41 @@ EXPECTED_CAUSE = {
     "unbounded_cache": ("tensors", "numpy"),
     "keras_fit": ("object_type", "EagerTensor"),
     "plain_python": ("tensors", "numpy"),
+    "v1_graph_growth": ("graph", "graph_grows"),
+    "session_per_step": ("object_type", "Session"),
+    "inplace_updates": ("object_type", "EagerTensor"),
+    "function_per_step": ("retracing", "eager context functions"),
+    "graph_in_loop": ("graph", "graph_grows"),
 }
+
+# Steps of a run: the demo's --steps, scaled, and at most a cap (the profiler
+# window moves with them). Where the leak grows the graph or the function
+# library, every step is slower than the last (each sess.run extends the
+# session's graph; each new trace adds to the library), so those loops run
+# fewer steps; the session and in-place loops do heavier steps and are capped,
+# so that a run stays within about 20-30 s on 2 cores.
+STEPS = {
+    "v1_graph_growth": (0.5, 120),
+    "session_per_step": (1.0, 250),
+    "inplace_updates": (1.0, 250),
+    "function_per_step": (1.0, 200),
+    "graph_in_loop": (1.0, 200),
+}
+
+
+def pattern_steps(name: str, steps: int) -> int:
+    """The steps a run of pattern ``name`` takes when the demo asks for ``steps``."""
+    scale, cap = STEPS.get(name, (1.0, None))
+    scaled = max(1, round(steps * scale))
+    return scaled if cap is None else min(scaled, cap)
 
 
 def run_pattern(name: str, logdir: str, steps: int, profile: tuple[int, int] | None) -> None:
     """Run the fixed twin, then the leaky version, of one pattern into ``logdir``."""
     function = PATTERNS[name]
+    run_steps = pattern_steps(name, steps)
+    if profile is not None and run_steps != steps:
+        profile = (round(profile[0] * run_steps / steps), round(profile[1] * run_steps / steps))
     for variant in ("fixed", "leaky"):
         run_dir = os.path.join(logdir, name, variant)
-        function(run_dir, variant == "leaky", steps, None if name in NO_TENSORFLOW else profile)
+        function(run_dir, variant == "leaky", run_steps, None if name in NO_TENSORFLOW else profile)

@@ -101,7 +101,10 @@ def main(argv=None) -> int:
     logdir = os.path.abspath(args.logdir)
     _prepare_logdir(logdir, names)
 
-    print(f"tb-leak demo: {len(names)} patterns x (leaky, fixed), {steps} steps each, into {logdir}")
+    fewer = sorted(n for n in names if patterns.pattern_steps(n, steps) != steps)
+    print(f"tb-leak demo: {len(names)} patterns x (leaky, fixed), {steps} steps each"
+          + (f" ({', '.join(f'{n} {patterns.pattern_steps(n, steps)}' for n in fewer)})" if fewer else "")
+          + f", into {logdir}")
     started = time.perf_counter()
     failures = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

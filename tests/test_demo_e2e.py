@@ -76,6 +76,37 @@ def test_profiler_trace_of_tensor_history_names_the_matmul(demo_report):
     assert not [c for c in fixed["culprits"] if c["kind"] == "op"]
 
 
+# The graph-size series each graph pattern is about: it grows in the leaky run
+# and stays flat in the fixed one (the fixed graph is finalized, or the one
+# tf.function traced once).
+GRAPH_SERIES = {
+    "v1_graph_growth": "leak/tf_graph/default_graph/ops",
+    "graph_in_loop": "leak/tf_graph/default_graph/ops",
+    "function_per_step": "leak/tf_graph/eager_context/functions",
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(GRAPH_SERIES))
+def test_graph_size_series_grows_only_in_the_leaky_run(demo_report, pattern):
+    tag = GRAPH_SERIES[pattern]
+    verdicts = {}
+    for variant in ("leaky", "fixed"):
+        series = {s["tag"]: s for s in demo_report[f"{pattern}/{variant}"]["series"]}
+        assert tag in series, f"{pattern}/{variant} has no {tag}"
+        verdicts[variant] = (series[tag]["verdict"], series[tag]["reason"])
+    assert verdicts["leaky"][0] == "leak", verdicts["leaky"][1]
+    assert verdicts["fixed"][0] == "no_leak", verdicts["fixed"][1]
+
+
+def test_pattern_steps_keep_the_profiler_window_inside_the_run():
+    for steps, profile in ((100, (20, 40)), (400, (100, 130))):
+        for name in patterns.PATTERNS:
+            run_steps = patterns.pattern_steps(name, steps)
+            assert 40 <= run_steps <= steps, (name, steps, run_steps)
+            start, stop = (round(p * run_steps / steps) for p in profile)
+            assert 0 < start < stop < run_steps, (name, steps, start, stop)
+
+
 def test_leak_tab_shows_the_same_verdicts(demo_logdir, demo_report):
     """The Leak tab in headless Chromium, over a real `tensorboard` on the demo logdir."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
