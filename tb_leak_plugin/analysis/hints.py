@@ -126,6 +126,15 @@ HINTS = {
         "inside; call `graph.finalize()` after building, so that adding an op raises at once. Close "
         "sessions (`with tf.compat.v1.Session() as sess:`).",
     ),
+    "sessions_kept": Hint(
+        "sessions_kept",
+        "TensorFlow sessions pile up",
+        "A `tf.compat.v1.Session` (or `InteractiveSession`) is opened per step or per evaluation and "
+        "never closed: each holds its own runtime state and a copy of the variables, and an "
+        "InteractiveSession stays on TensorFlow's default-session stack even when the program drops it.",
+        "Open one session around the loop (`with tf.compat.v1.Session() as sess:`), or call "
+        "`sess.close()` when done with each.",
+    ),
     "census_too_short": Hint(
         "census_too_short",
         "Memory grows; the run is too short to say what grows",
@@ -156,6 +165,8 @@ _KERAS = re.compile(r"^(keras|tf_keras|tensorflow\.python\.keras)\.|\bKerasVaria
 _DATA = re.compile(r"^tensorflow\.python\.data\.|Dataset(V[12])?\b|\bOwnedIterator\b|Iterator(V2)?$")
 _FUNCTION = re.compile(r"polymorphic_function\.Function$|ConcreteFunction$|AtomicFunction$")
 _EAGER = re.compile(r"EagerTensor$|\bResourceVariable$")
+_SESSION = re.compile(r"\.client\.session\.\w*Session$|(^|\.)(Interactive)?Session$")
+_GRAPH = re.compile(r"\.framework\.ops\.Graph$")
 _CONTAINERS = {
     "builtins.dict", "builtins.list", "builtins.tuple", "builtins.str", "builtins.set",
     "builtins.bytes", "builtins.float", "builtins.int", "collections.OrderedDict",
@@ -171,6 +182,10 @@ def hint_for_type(type_name: str) -> Hint:
         return HINTS["py_function_registry"]
     if _EAGER.search(type_name):
         return HINTS["tensors_kept"]
+    if _SESSION.search(type_name):
+        return HINTS["sessions_kept"]
+    if _GRAPH.search(type_name):
+        return HINTS["graph_grows"]
     if type_name.startswith("numpy."):
         return HINTS["arrays_kept"]
     if _FUNCTION.search(type_name):

@@ -45,6 +45,10 @@ _MAX_WRITE_FAILURES = 3
 # One heap walk at a time in the process: a census must not count (and scan)
 # another thread's object list. A walk that finds another running skips.
 _HEAP_WALK = threading.Lock()
+# Heap walks between full garbage collections (see Monitor._collect_garbage),
+# and the share of tracked objects found as garbage that makes every one full.
+_FULL_COLLECT_EVERY = 4
+_GARBAGE_SHARE_FOR_FULL = 0.002
 # How long a heap walk waits for another thread's to finish before it skips.
 _HEAP_WALK_WAIT_S = 2.0
 
@@ -154,9 +158,11 @@ class Monitor:
       writer: a ``tf.summary`` writer to use when ``logdir`` is None.
       flush_secs: how often the event file is flushed (TensorBoard and the
         CLI see new points after a flush).
-      census_collects_garbage: run ``gc.collect()`` before each census, so
-        that unreachable cycles waiting for the collector are not counted as
-        live objects (its cost is part of the census cost and budget).
+      census_collects_garbage: collect garbage before each census, so that
+        unreachable cycles waiting for the collector are not counted as live
+        objects: a full ``gc.collect()`` on the first and last census, every
+        4th, and every one while the program makes cyclic garbage; the young
+        generations in between (its cost is part of the census cost and budget).
     """
 
     def __init__(
@@ -237,6 +243,9 @@ class Monitor:
         self._last_return = time.perf_counter()
         self._closed = False
         self._finalizing = False
+        self._garbage_share: float | None = None  # of the last full collection
+        self._walks_since_full = 0
+        self._garbage_found: int | None = None
         self._write_failures = 0
 
     # -- public API -------------------------------------------------------
@@ -392,9 +401,11 @@ class Monitor:
             if walking:
                 started = time.perf_counter()
                 if self.census_collects_garbage:
-                    gc.collect()
+                    self._collect_garbage()
                 census = probes_lib.collect_objects()
                 census.final = self._finalizing
+                if self._garbage_found is not None:
+                    self._garbage_share = self._garbage_found / max(len(census.objects), 1)
                 for unit in due:
                     for probe in unit.probes:
                         if probe.needs_objects:
@@ -453,6 +464,25 @@ class Monitor:
             unit.runs += 1
             unit.schedule(self.overhead_budget, self.overhead_allowance_s)
         self._units = [u for u in self._units if u.probes]
+
+    def _collect_garbage(self) -> None:
+        """Collect before a census, so waiting cycles are not counted as live.
+
+        A full collection traverses the whole heap (about half of a heap
+        walk on a TensorFlow heap). It runs on the first and last walks, on
+        every ``_FULL_COLLECT_EVERY``-th, and whenever the last full one found
+        cyclic garbage worth counting; in between, collecting the young
+        generations catches the cycles made since the last walk.
+        """
+        full = (self._finalizing or self._walks_since_full >= _FULL_COLLECT_EVERY - 1
+                or self._garbage_share is None or self._garbage_share > _GARBAGE_SHARE_FOR_FULL)
+        if full:
+            self._garbage_found = gc.collect()
+            self._walks_since_full = 0
+        else:
+            self._garbage_found = None
+            gc.collect(1)
+            self._walks_since_full += 1
 
     def _guarded(self, unit, probe, call, argument):
         """``call(argument)``; a probe that raises is switched off and logged once."""
