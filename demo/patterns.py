@@ -373,17 +373,19 @@ NO_TENSORFLOW = {"plain_python"}
 # What the analysis should name as the cause of each leaky run: a culprit
 # kind, and a piece of its name or its hint.
 EXPECTED_CAUSE = {
-    "tensor_history": ("object_type", "EagerTensor"),
+    # (culprit kind, a piece of its name or its hint); a tuple of them where
+    # two culprits name the same cause (live tensors as a type or a series).
+    "tensor_history": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
     "retracing": ("retracing", "train_step"),
     "keras_in_loop": ("series", "native_memory"),
     "data_pipeline": ("object_type", "py_function_registry"),
     "unbounded_cache": ("tensors", "numpy"),
-    "keras_fit": ("object_type", "EagerTensor"),
+    "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
     "plain_python": ("tensors", "numpy"),
     "v1_graph_growth": ("graph", "graph_grows"),
     "session_per_step": ("object_type", "Session"),
-    "inplace_updates": ("object_type", "EagerTensor"),
-    "function_per_step": ("retracing", "eager context functions"),
+    "inplace_updates": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
+    "function_per_step": (("retracing", "eager context functions"), ("retracing", "train_step")),
     "graph_in_loop": ("graph", "graph_grows"),
 }
 
@@ -394,6 +396,10 @@ EXPECTED_CAUSE = {
 # fewer steps; the session and in-place loops do heavier steps and are capped,
 # so that a run stays within about 20-30 s on 2 cores.
 STEPS = {
+    # A numpy step takes ~50 µs: ten times the steps make a run of a second or
+    # so; a tensor_history step ~1 ms: twice the steps make a couple of seconds.
+    "plain_python": (10.0, None),
+    "tensor_history": (2.0, None),
     "v1_graph_growth": (0.5, 120),
     "session_per_step": (1.0, 250),
     "inplace_updates": (1.0, 250),

@@ -73,7 +73,7 @@ def _run_worker(name, logdir, steps, profile) -> tuple[str, int, float, str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Run real TensorFlow leak patterns and their fixes.")
     parser.add_argument("--logdir", default="./tb-leak-demo", help="where to write runs (default ./tb-leak-demo)")
-    parser.add_argument("--quick", action="store_true", help="shorter runs (for tests): about a minute")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (for tests): 300 steps, a few minutes")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run")
     parser.add_argument("--patterns", default=None, help="comma-separated subset of patterns")
     parser.add_argument("--jobs", type=int, default=2, help="patterns run in parallel (default 2)")
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         unknown = [n for n in names if n not in patterns.PATTERNS]
         if unknown:
             parser.error(f"unknown pattern(s) {unknown}; choose from {list(patterns.PATTERNS)}")
-    steps = args.steps or (100 if args.quick else 400)
+    steps = args.steps or (300 if args.quick else 400)
     if steps < 60:
         parser.error("--steps must be at least 60 for a verdict")
     profile = (20, 40) if steps < 300 else (100, 130)

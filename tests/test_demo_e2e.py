@@ -54,10 +54,12 @@ def test_every_pattern_wrote_both_runs(demo_report):
 def test_leaky_run_is_a_leak_with_its_cause_named(demo_report, pattern):
     run = demo_report[f"{pattern}/leaky"]
     assert run["verdict"] == "leak", run["reason"]
-    kind, needle = patterns.EXPECTED_CAUSE[pattern]
+    causes = patterns.EXPECTED_CAUSE[pattern]
+    causes = causes if isinstance(causes[0], tuple) else (causes,)
     top = run["culprits"][:3]
-    assert any(c["kind"] == kind and (needle in c["name"] or needle == c["hint"]) for c in top), (
-        f"{pattern}: expected a {kind} culprit naming {needle!r} in the top 3, got "
+    assert any(c["kind"] == kind and (needle in c["name"] or needle == c["hint"])
+               for kind, needle in causes for c in top), (
+        f"{pattern}: expected one of {causes} (culprit kind, name or hint) in the top 3, got "
         + "; ".join(f"{c['kind']} {c['name']} ({c['hint']})" for c in top))
     assert run["hints"], "a leak comes with what it usually means and how to fix it"
 
@@ -102,7 +104,7 @@ def test_pattern_steps_keep_the_profiler_window_inside_the_run():
     for steps, profile in ((100, (20, 40)), (400, (100, 130))):
         for name in patterns.PATTERNS:
             run_steps = patterns.pattern_steps(name, steps)
-            assert 40 <= run_steps <= steps, (name, steps, run_steps)
+            assert 40 <= run_steps <= 10 * steps, (name, steps, run_steps)
             start, stop = (round(p * run_steps / steps) for p in profile)
             assert 0 < start < stop < run_steps, (name, steps, start, stop)
 

@@ -241,6 +241,11 @@ def _corroborate_memory(by_role) -> None:
         return
     others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES) for r in by_role.get(role, [])
               if r.trend is not None and r.trend.verdict == "leak"]
+    # Every census series that could show what grows must have been judged:
+    # live tensors and arrays each, and the object types.
+    tensors = [r for r in by_role.get(ROLE_TENSORS, []) if r.measure.endswith("_count")]
+    census_judged = _census_judged(by_role.get(ROLE_OBJECTS, [])) and all(
+        _census_judged([r]) for r in tensors)
     malloc = next((r for r in memory if r.measure == "malloc_bytes"), None)
     # TensorFlow's allocator counts tensors: its growth corroborates. The C
     # allocator, RSS and Python's blocks measure one growth three ways.
@@ -255,7 +260,9 @@ def _corroborate_memory(by_role) -> None:
             report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="allocator_cache",
                                                confidence=0.5, reason=why)
             continue
-        if others or allocator_grows:
+        if others or allocator_grows or not census_judged:
+            # Growth that the census could not check (too few heap walks)
+            # stays a leak; the culprit says the census was too short.
             continue
         level = abs(report.last_value or 0.0)
         growth = report.trend.total_growth or 0.0

@@ -69,8 +69,8 @@ ALLOWANCE_HALF_S = 0.5
 # informative and the most expensive group.
 _GROUPS = {
     "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0},
-    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.25},
-    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.25},
+    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
+    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
 }
 # Room kept in the budget for the final run at close(), in runs of the unit.
 _FINAL_RESERVE = 0.5
