@@ -168,9 +168,11 @@ def test_a_last_sample_after_the_loop_released_its_memory_is_left_out():
     # close() samples after the training function returned and freed its list.
     steps = np.array([0, 60, 150, 260, 380, 499, 500])
     values = np.array([3.0, 63, 153, 263, 383, 502, 0.0])
-    result = assess_series(steps, values, unit="count")
+    result = assess_series(steps, values, unit="count", final_release=True)
     assert result.verdict == "leak", result.reason
     assert "left out" in result.reason
+    # Object counts may drop because the final census collected garbage: kept.
+    assert assess_series(steps, values, unit="count").verdict != "leak"
 
 
 def test_samples_needed_follow_from_the_noise():

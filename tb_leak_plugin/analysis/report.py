@@ -87,6 +87,11 @@ def assess(series: Series, available_bytes: float | None = None,
             series.wall_times,
             unit=series.info.unit,
             available_bytes=available_bytes if series.info.unit == "bytes" else None,
+            # Live tensors, arrays and traces are not garbage a collection
+            # frees: a last sample back at the start is the loop's data freed
+            # after it returned. Object types and memory may drop because the
+            # final census collected garbage, which must count.
+            final_release=series.info.group in ("tensors", "tf_function", "tf_graph"),
         )
     if role == ROLE_MEMORY and trend is not None and trend.verdict in ("leak", "inconclusive"):
         trend = _apply_materiality(trend, series.steps[finite], values[finite])

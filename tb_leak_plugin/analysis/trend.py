@@ -178,7 +178,7 @@ class TrendResult:
 
 
 def assess_series(steps, values, wall_times=None, *, unit="bytes", available_bytes=None,
-                  min_samples=MIN_SAMPLES) -> TrendResult:
+                  min_samples=MIN_SAMPLES, final_release=False) -> TrendResult:
     """Decide whether one series grows like a leak.
 
     Args:
@@ -189,6 +189,9 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
       unit: the values' unit ("bytes", "objects", ...), used in ``reason``.
       available_bytes: for ``unit == "bytes"``, memory still free at the end of
         the series; gives the time and steps until a leak exhausts it.
+      final_release: leave out a last sample that falls back most of the way
+        to the start (see `_drop_final_release`); for counts that garbage
+        collection does not move (live tensors, arrays, traces).
       min_samples: fewer finite samples than this give "inconclusive". Below
         ``SMALL_SERIES`` samples a simpler test decides (see `_decide_small`):
         how many samples a verdict needs follows from the noise, so an exact
@@ -200,8 +203,9 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     """
     steps_f, values_f, walls_f, dropped = _prepare(steps, values, wall_times)
     steps_f, values_f, walls_f, spikes = _drop_spikes(steps_f, values_f, walls_f)
-    steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f)
-    spikes += released
+    if final_release:
+        steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f)
+        spikes += released
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
         return _too_few(n, dropped, unit, min_samples, walls_f)

@@ -48,7 +48,7 @@ _HEAP_WALK = threading.Lock()
 # Heap walks between full garbage collections (see Monitor._collect_garbage),
 # and the share of tracked objects found as garbage that makes every one full.
 _FULL_COLLECT_EVERY = 4
-_GARBAGE_SHARE_FOR_FULL = 0.002
+_GARBAGE_SHARE_FOR_FULL = 0.01
 # How long a heap walk waits for another thread's to finish before it skips.
 _HEAP_WALK_WAIT_S = 2.0
 
