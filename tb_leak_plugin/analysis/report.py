@@ -246,11 +246,11 @@ def _corroborate_memory(by_role) -> None:
         return
     others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES) for r in by_role.get(role, [])
               if r.trend is not None and r.trend.verdict == "leak"]
-    # Every census series that could show what grows must have been judged:
-    # live tensors and arrays each, and the object types.
+    # The census must have been judged (object types, and live tensors or
+    # arrays) before "nothing else grows" can be said.
     tensors = [r for r in by_role.get(ROLE_TENSORS, []) if r.measure.endswith("_count")]
-    census_judged = _census_judged(by_role.get(ROLE_OBJECTS, [])) and all(
-        _census_judged([r]) for r in tensors)
+    census_judged = _census_judged(by_role.get(ROLE_OBJECTS, [])) and (
+        not tensors or _census_judged(tensors))
     malloc = next((r for r in memory if r.measure == "malloc_bytes"), None)
     # TensorFlow's allocator counts tensors: its growth corroborates. The C
     # allocator, RSS and Python's blocks measure one growth three ways.

@@ -425,8 +425,8 @@ class LiveTensorsProbe(Probe):
     # this: on a TensorFlow heap it can cost as much as the rest of the walk,
     # and the object counts are worth more points. It runs at least every
     # NUMPY_MAX_SKIP + 1 walks, and always on the first and the last.
-    NUMPY_SCAN_SECONDS = 0.05
-    NUMPY_MAX_SKIP = 5
+    NUMPY_SCAN_SECONDS = 0.1
+    NUMPY_MAX_SKIP = 3
 
     def __init__(self):
         self._eager_type = None
