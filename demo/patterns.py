@@ -400,7 +400,7 @@ STEPS = {
     # so; a tensor_history step ~1 ms: twice the steps make a couple of seconds.
     "plain_python": (10.0, None),
     "tensor_history": (2.0, None),
-    "unbounded_cache": (2.0, None),
+    "unbounded_cache": (6.0, None),  # ~1 ms steps: about 2 s of training
     "v1_graph_growth": (0.5, 120),
     "session_per_step": (1.0, 250),
     "inplace_updates": (1.0, 250),
