@@ -427,7 +427,6 @@ class LiveTensorsProbe(Probe):
     # NUMPY_MAX_SKIP + 1 walks, and always on the first and the last.
     NUMPY_SCAN_SECONDS = 0.1
     NUMPY_MAX_SKIP = 3
-    NUMPY_FIRST_SKIP_OBJECTS = 150_000
 
     def __init__(self):
         self._eager_type = None
@@ -440,11 +439,6 @@ class LiveTensorsProbe(Probe):
     def _numpy_due(self, census: "Census") -> bool:
         if census.final:
             return True
-        if self._numpy_cost_s == 0.0 and self._numpy_skipped == 0 and len(census.objects) > self.NUMPY_FIRST_SKIP_OBJECTS:
-            # A big heap's first walk is the run's baseline and its dearest
-            # (the collector's first full pass): the scan waits for the next.
-            self._numpy_skipped = self.NUMPY_MAX_SKIP
-            return False
         if self._numpy_cost_s <= self.NUMPY_SCAN_SECONDS:
             return True
         wanted_skips = min(self.NUMPY_MAX_SKIP, int(self._numpy_cost_s / self.NUMPY_SCAN_SECONDS) - 1)
