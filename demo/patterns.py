@@ -376,7 +376,7 @@ EXPECTED_CAUSE = {
     # (culprit kind, a piece of its name or its hint); a tuple of them where
     # two culprits name the same cause (live tensors as a type or a series).
     "tensor_history": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
-    "retracing": ("retracing", "train_step"),
+    "retracing": (("retracing", "train_step"), ("retracing", "eager context functions")),
     "keras_in_loop": ("series", "native_memory"),
     "data_pipeline": ("object_type", "py_function_registry"),
     "unbounded_cache": ("tensors", "numpy"),
