@@ -370,10 +370,18 @@ def _census_judged(census_reports) -> bool:
     return any(r.trend is not None and r.trend.shape != "too_few" for r in census_reports)
 
 
+def _census_complete(census_reports) -> bool:
+    """Whether object types and every live-tensor and array count were judged:
+    only then can a report say that no Python-side object grows."""
+    counts = [r for r in census_reports if r.group == "tensors" and r.measure.endswith("_count")]
+    objects = [r for r in census_reports if r.group != "tensors"]
+    return _census_judged(objects) and all(_census_judged([r]) for r in counts)
+
+
 def _memory_culprits(reports, others, census_reports=()) -> list[Culprit]:
     leaking = {(r.group, r.measure): r for r in _leaks(reports)}
     explained = any(c.kind in ("object_type", "tensors", "retracing", "graph") for c in others)
-    judged = _census_judged(census_reports)
+    judged = _census_complete(census_reports)
     out = []
     for report in _leaks(reports):
         hint = None
