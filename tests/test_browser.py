@@ -107,6 +107,7 @@ def test_verdicts_charts_and_ops(tensorboard, page, tmp_path):
     assert any(unit in memory_chart.inner_text() for unit in ("MiB", "GiB", "KiB"))
 
     # Hover read-out.
+    memory_chart.scroll_into_view_if_needed()
     box = memory_chart.locator("rect.overlay").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
     readout = memory_chart.locator("[data-testid=readout]")

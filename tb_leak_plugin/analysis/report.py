@@ -265,6 +265,14 @@ def _corroborate_memory(by_role) -> None:
             report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="allocator_cache",
                                                confidence=0.5, reason=why)
             continue
+        if report.group == "python" and census_judged and not others:
+            # Python's blocks count garbage awaiting the collector too: with no
+            # object type or tensor growing, that is what grows.
+            why = (f"{report.trend.reason}; but no object type, tensor or array grows with it: "
+                   f"most likely cyclic garbage awaiting the collector, or pools")
+            report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="uncorroborated",
+                                               confidence=0.5, reason=why)
+            continue
         if others or allocator_grows or not census_judged:
             # Growth that the census could not check (too few heap walks)
             # stays a leak; the culprit says the census was too short.
