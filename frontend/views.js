@@ -156,16 +156,59 @@ export function hintsView(hints) {
 
 const KIND_LABELS = {
   op: "op", retracing: "tf.function", object_type: "object type", tensors: "tensors", series: "series", gc: "gc",
+  container: "container",
 };
+
+/** The leak trace under a culprit: each path from its root to the direct holder, as a chain of hops (text only). */
+export function heldByView(culprit) {
+  const details = culprit && typeof culprit.details === "object" && culprit.details ? culprit.details : {};
+  const held = Array.isArray(details.held_by) ? details.held_by : [];
+  const also = Array.isArray(details.also) ? details.also : [];
+  if (!held.length && !also.length) return null;
+  const target = culprit.kind === "object_type" ? String(culprit.name).split(".").pop() : null;
+  const trace = details.trace && typeof details.trace === "object" ? details.trace : null;
+  const items = [];
+  if (trace && Number.isFinite(trace.live)) {
+    let text = `${formatCount(trace.live)} live`;
+    if (Number.isFinite(trace.new) && trace.new_since_step !== null && trace.new_since_step !== undefined) {
+      text += ` (${formatCount(trace.new)} new since step ${formatStep(trace.new_since_step)})`;
+    }
+    items.push(h("div", { className: "trace-live", testid: "trace-live", text }));
+  }
+  for (const entry of held.slice(0, 5)) {
+    if (!entry || !Array.isArray(entry.path)) continue;
+    const hops = entry.path.map(String).concat(target ? [target] : []);
+    const chain = h("div", { className: "held-by", testid: "held-by" }, h("span", { className: "held-label", text: "held by" }));
+    hops.forEach((hop, index) => {
+      if (index) chain.appendChild(h("span", { className: "hop-arrow", attrs: { "aria-hidden": "true" }, text: "→" }));
+      chain.appendChild(h("span", { className: index === 0 ? "hop hop-root" : "hop", testid: "hop", text: hop }));
+    });
+    if (culprit.kind !== "container" && Number.isFinite(entry.instances)) {
+      const of = Number.isFinite(entry.of) ? ` of ${formatCount(entry.of)}` : "";
+      chain.appendChild(h("span", { className: "hop-count", testid: "hop-count", text: `${formatCount(entry.instances)}${of}` }));
+    }
+    items.push(chain);
+  }
+  if (also.length) {
+    items.push(h("div", { className: "held-also", testid: "held-also",
+      text: "also held there: " + also.map((o) => `${KIND_LABELS[o.kind] || o.kind} ${o.name}`).join(", ") }));
+  }
+  return h("div", { className: "trace-chain", testid: "trace-chain" }, items);
+}
 
 export function culpritsView(culprits) {
   if (!culprits || !culprits.length) return null;
-  const rows = culprits.slice(0, 10).map((c) => h("tr", { testid: "culprit-row", data: { kind: c.kind } },
-    h("td", {}, h("span", { className: "kind", text: KIND_LABELS[c.kind] || c.kind })),
-    h("td", { className: "name-cell", title: c.evidence }, breakable(c.name)),
-    h("td", { className: "num", text: formatRate(c.growth_per_step, c.unit) }),
-    h("td", { className: "num", text: formatPercent(c.confidence) }),
-    h("td", { className: "evidence", text: c.evidence })));
+  const rows = [];
+  for (const c of culprits.slice(0, 10)) {
+    rows.push(h("tr", { testid: "culprit-row", data: { kind: c.kind } },
+      h("td", {}, h("span", { className: "kind", text: KIND_LABELS[c.kind] || c.kind })),
+      h("td", { className: "name-cell", title: c.evidence }, breakable(c.name)),
+      h("td", { className: "num", text: formatRate(c.growth_per_step, c.unit) }),
+      h("td", { className: "num", text: formatPercent(c.confidence) }),
+      h("td", { className: "evidence", text: c.evidence })));
+    const held = heldByView(c);
+    if (held) rows.push(h("tr", { className: "trace-row", testid: "trace-row" }, h("td", { attrs: { colspan: 5 } }, held)));
+  }
   return table("culprits-table", ["kind", "what", "growth", "confidence", "evidence"], rows, [2, 3]);
 }
 

@@ -28,11 +28,27 @@ class LeakCallback(_callback_base()):
     :class:`~tb_leak_plugin.Monitor` is accepted, e.g.
     ``profile_steps=(100, 120)`` to record a profiler trace of those batches.
     The monitor is closed when training ends.
+
+    ``stop_on_leak=True`` stops ``model.fit`` (``model.stop_training``) once
+    a leak is confirmed while it trains; the report is in ``leak_report``.
     """
 
-    def __init__(self, logdir: str | None = None, **monitor_options):
+    def __init__(self, logdir: str | None = None, *, stop_on_leak: bool = False, **monitor_options):
         super().__init__()
         self.logdir = logdir
+        self.stop_on_leak = bool(stop_on_leak)
+        #: The report that confirmed a leak while training (None while none has).
+        self.leak_report = None
+        user_on_leak = monitor_options.pop("on_leak", None)
+
+        def on_leak(report):
+            self.leak_report = report
+            if self.stop_on_leak and getattr(self, "model", None) is not None:
+                self.model.stop_training = True
+            if user_on_leak is not None:
+                user_on_leak(report)
+
+        monitor_options["on_leak"] = on_leak
         self._options = monitor_options
         self.monitor: Monitor | None = None
         self._step = 0

@@ -24,7 +24,12 @@ PROTO_VERSION = 0
 
 TAG_PREFIX = "leak/"
 
-GROUPS = ("process", "python", "tf", "tensors", "objects", "tf_function", "gc")
+GROUPS = ("process", "python", "tf", "tensors", "objects", "tf_function", "gc", "containers", "held_by")
+
+# Leak traces: a ``held_by`` series point per trace, whose plugin data
+# ``detail`` is this JSON format (see README "Leak traces").
+HELD_BY_GROUP = "held_by"
+HELD_BY_FORMAT = 1
 
 
 def _build_message_class():
@@ -39,6 +44,7 @@ def _build_message_class():
         (3, "measure", field_type.TYPE_STRING),
         (4, "unit", field_type.TYPE_STRING),
         (5, "subject", field_type.TYPE_STRING),
+        (6, "detail", field_type.TYPE_STRING),
     ):
         msg.field.add(name=name, number=number, type=kind, label=field_type.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
@@ -61,6 +67,8 @@ class SeriesInfo:
     measure: str
     unit: str
     subject: str = ""
+    #: Structured data of a ``held_by`` point (JSON); empty for series.
+    detail: str = ""
 
     @property
     def tag(self) -> str:
@@ -93,6 +101,7 @@ def create_summary_metadata(info: SeriesInfo, display_name: str = "", descriptio
         measure=info.measure,
         unit=info.unit,
         subject=info.subject,
+        detail=info.detail,
     )
     return summary_pb2.SummaryMetadata(
         display_name=display_name or info.tag,
@@ -129,5 +138,6 @@ def parse_plugin_metadata(content: bytes) -> SeriesInfo:
     if not (message.group and message.measure and message.unit):
         raise PluginDataError("plugin data lacks group, measure or unit")
     return SeriesInfo(
-        group=message.group, measure=message.measure, unit=message.unit, subject=message.subject
+        group=message.group, measure=message.measure, unit=message.unit, subject=message.subject,
+        detail=message.detail,
     )

@@ -96,7 +96,9 @@ def test_lower_layers_never_import_higher_ones():
         "tb_leak_plugin.xplane": ("tb_leak_plugin.analysis", "tb_leak_plugin.reporting", "tb_leak_plugin.plugin",
                                   "tb_leak_plugin.capture"),
         "tb_leak_plugin.reporting": ("tb_leak_plugin.plugin", "tb_leak_plugin.capture"),
-        "tb_leak_plugin.capture": ("tb_leak_plugin.reporting", "tb_leak_plugin.plugin", "tb_leak_plugin.analysis"),
+        # The monitor runs the analysis on the run so far to confirm a leak
+        # while the loop runs (capture/online.py); the analysis never imports it.
+        "tb_leak_plugin.capture": ("tb_leak_plugin.reporting", "tb_leak_plugin.plugin"),
     }
     assert set(order) <= {m.rsplit(".", 1)[0] for m in _import_graph()} | set(order)
     bad = []

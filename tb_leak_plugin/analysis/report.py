@@ -13,10 +13,11 @@ import math
 
 import numpy as np
 
-from tb_leak_plugin.analysis import census, hints as hints_lib
+from tb_leak_plugin.analysis import census, hints as hints_lib, holders
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
+from tb_leak_plugin.metadata import HELD_BY_GROUP
 
 # How a series takes part in the verdict.
 ROLE_MEMORY = "memory"      # bytes of process, heap, allocator: the verdict itself
@@ -24,6 +25,7 @@ ROLE_TENSORS = "tensors"    # live tensors and arrays: evidence and clue
 ROLE_OBJECTS = "objects"    # live objects by type: culprits (tested together)
 ROLE_TRACES = "traces"      # tf.function traces and instances: retracing
 ROLE_GC = "gc"              # uncollectable cycles
+ROLE_CONTAINERS = "containers"  # lengths of growing containers: clue, never a verdict alone
 ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counters
 
 # A memory series whose growth over the analysed window is under this
@@ -64,6 +66,8 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
         return ROLE_OBJECTS
     if info.group in ("tf_function", "tf_graph"):
         return ROLE_TRACES
+    if info.group == "containers":
+        return ROLE_CONTAINERS
     if info.group == "gc":
         if info.measure == "tracked_objects":
             return ROLE_OBJECTS
@@ -155,7 +159,10 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     """
     available = _available_bytes(run)
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
-    reports = [assess(series, available, measures) for series in run.series.values()]
+    warnings = list(run.warnings)
+    traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
+    reports = [assess(series, available, measures) for series in run.series.values()
+               if series.info.group != HELD_BY_GROUP]
     _one_rate(reports, run)
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:
@@ -169,6 +176,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits += _gc_culprits(by_role.get(ROLE_GC, []))
     culprits += _memory_culprits(by_role.get(ROLE_MEMORY, []), culprits,
                                  by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
+    containers = _container_culprits(by_role.get(ROLE_CONTAINERS, []))
     traces_dict = None
     if trace_report is not None:
         culprits += _op_culprits(trace_report)
@@ -176,6 +184,12 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits.sort(key=_culprit_rank)
 
     verdict, confidence, reason = _run_verdict(by_role, culprits)
+    if verdict == "leak":
+        # A growing container names where a leak accumulates; alone (a list
+        # of floats kept per step) it is not a leak of memory.
+        culprits = sorted(culprits + containers, key=_culprit_rank)
+    holders.attach(culprits, traces)
+    culprits = holders.merge_by_holder(culprits)
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = []
     seen = set()
@@ -196,7 +210,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         series=reports,
         culprits=culprits,
         hints=hints,
-        warnings=list(run.warnings),
+        warnings=warnings,
         traces=traces_dict,
     )
 
@@ -244,7 +258,7 @@ def _corroborate_memory(by_role) -> None:
     leaking = {r.measure: r for r in memory if r.trend.verdict == "leak"}
     if not leaking:
         return
-    others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES) for r in by_role.get(role, [])
+    others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES, ROLE_CONTAINERS) for r in by_role.get(role, [])
               if r.trend is not None and r.trend.verdict == "leak"]
     # The census must have been judged (object types, and live tensors or
     # arrays) before "nothing else grows" can be said.
@@ -287,8 +301,10 @@ def _corroborate_memory(by_role) -> None:
                                                confidence=0.5, reason=why)
 
 
-_ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_GC: 4, ROLE_CONTEXT: 5}
-_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "object_type": 2, "tensors": 3, "series": 4, "gc": 5}
+_ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
+               ROLE_CONTEXT: 5}
+_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "object_type": 2, "container": 2, "tensors": 3, "series": 4,
+               "gc": 5}
 
 
 # Hints that name a specific TensorFlow cause rank above those that only say
@@ -361,6 +377,21 @@ def _trace_count_culprits(reports) -> list[Culprit]:
             unit=report.unit, evidence=f"tf.function {report.subject!r}: {what} keep growing; {report.trend.reason}",
             confidence=report.trend.confidence, hint=hint.key if hint else None,
             details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
+        ))
+    return out
+
+
+def _container_culprits(reports) -> list[Culprit]:
+    out = []
+    for report in _leaks(reports):
+        # The subject is the container's path from a root, then its type.
+        path = [hop for hop in report.subject.split(" → ") if hop][:-1]
+        out.append(Culprit(
+            kind="container", name=report.subject, growth_per_step=report.trend.slope_per_step, unit="items",
+            evidence=f"a container keeps growing: {report.trend.reason}", confidence=report.trend.confidence,
+            hint="python_container",
+            details={"tag": report.tag, "last_count": report.last_value,
+                     "held_by": [{"path": path, "instances": 1, "of": 1, "sampled": 1}]},
         ))
     return out
 
@@ -444,6 +475,7 @@ def _run_verdict(by_role, culprits) -> tuple[str, float, str]:
 
 def _describe(culprit: Culprit) -> str:
     names = {"object_type": "objects of type", "tensors": "live tensors", "retracing": "tf.function",
+             "container": "growing container",
              "graph": "TensorFlow graph:",
              "series": "series", "gc": "gc", "op": "op"}
     return f"{names.get(culprit.kind, culprit.kind)} {culprit.name}"

@@ -181,6 +181,8 @@ class Monitor:
         writer=None,
         flush_secs: float = 5.0,
         census_collects_garbage: bool = True,
+        on_leak=None,
+        trace_leaks: bool = True,
     ):
         if overhead_budget is not None and not 0 < overhead_budget <= 1:
             raise ValueError(f"overhead_budget must be in (0, 1] or None, got {overhead_budget!r}")
@@ -247,6 +249,13 @@ class Monitor:
         self._walks_since_full = 0
         self._garbage_found: int | None = None
         self._write_failures = 0
+        # Online confirmation, leak traces and on_leak (see capture/online.py).
+        self._watch = None
+        if trace_leaks or on_leak is not None:
+            from tb_leak_plugin.capture.online import LeakWatch
+
+            name = os.path.basename(os.path.normpath(logdir)) if logdir else "."
+            self._watch = LeakWatch(name, on_leak=on_leak, log=self._log_once)
 
     # -- public API -------------------------------------------------------
 
@@ -366,7 +375,9 @@ class Monitor:
         self._train_s += started - self._last_return
         # Heap walk first: its collection runs before the cheap probes read
         # the heap, so the last point of every series counts no garbage.
-        final = sorted((u for u in self._units if u.last_step != step), key=lambda u: not u.needs_objects)
+        wants_walk = self._watch is not None and self._watch.wants_walk
+        final = sorted((u for u in self._units if u.last_step != step or (u.needs_objects and wants_walk)),
+                       key=lambda u: not u.needs_objects)
         if final:
             self._finalizing = True
             self._run_units(step, final)
@@ -374,9 +385,10 @@ class Monitor:
 
     def _run_due_units(self, step: int) -> None:
         now = self._train_s
+        wants_walk = self._watch is not None and self._watch.wants_walk
         due = [
             unit for unit in self._units
-            if unit.runs == 0 or (
+            if unit.runs == 0 or (unit.needs_objects and wants_walk) or (
                 now >= unit.due_train_s
                 and (unit.last_step is None or abs(step - unit.last_step) >= unit.min_steps))
         ]
@@ -410,6 +422,8 @@ class Monitor:
                     for probe in unit.probes:
                         if probe.needs_objects:
                             self._guarded(unit, probe, probe.announce, census)
+                if self._watch is not None:
+                    self._watch.announce(census)
                 walk_cost = time.perf_counter() - started
             for unit in sorted(due, key=lambda u: not u.needs_objects):
                 started = time.perf_counter()
@@ -420,6 +434,25 @@ class Monitor:
                 costs[unit.name] = time.perf_counter() - started
                 if unit.needs_objects:
                     costs[unit.name] += walk_cost / sum(u.needs_objects for u in due)
+            wall_time = time.time()
+            if self._watch is not None:
+                self._watch.history.record(step, wall_time, sample)
+                if walking:
+                    # Paid from the heap walk's spending, not counted in its
+                    # cost (a trace runs once per culprit, not every walk).
+                    watch_s = self._watch.after_walk(step, wall_time, census, self._write_extra)
+                    heap = next((u for u in due if u.needs_objects), None)
+                    if heap is not None:
+                        heap.spent_s += watch_s
+                else:
+                    cheap = next((u for u in due if u.name == "cheap"), None)
+                    if cheap is not None:
+                        # Paid from the heap walks' share (the larger one).
+                        spent = self._watch.between_walks(cheap.runs + 1)
+                        payer = next((u for u in self._units if u.needs_objects), cheap)
+                        payer.spent_s += spent
+                        if self._watch.wants_walk:
+                            payer.due_train_s = min(payer.due_train_s, now)
         finally:
             # Release the object list before writing: the census keeps nothing.
             if census is not None:
@@ -429,7 +462,7 @@ class Monitor:
         started = time.perf_counter()
         try:
             if sample:
-                self._writer.write(step, sample)
+                self._writer.write(step, sample, wall_time)
             record_writer = getattr(self._writer, "record_writer", None)
             if record_writer is not None and record_writer.failed_flushes:
                 raise OSError(f"{record_writer.failed_flushes} flushes of the event file failed in a row")
@@ -464,6 +497,18 @@ class Monitor:
             unit.runs += 1
             unit.schedule(self.overhead_budget, self.overhead_allowance_s)
         self._units = [u for u in self._units if u.probes]
+
+    def _write_extra(self, step, sample, wall_time) -> None:
+        try:
+            self._writer.write(step, sample, wall_time)
+        except Exception as error:
+            self._log_once(f"writing summaries failed ({type(error).__name__}: {error})")
+
+    @property
+    def report(self):
+        """The analysis of the run so far (a ``RunReport``, as ``tb-leak
+        analyze`` would give), from the last heap walk; None before the third."""
+        return self._watch.last_report if self._watch is not None else None
 
     def _collect_garbage(self) -> None:
         """Collect before a census, so waiting cycles are not counted as live.

@@ -92,6 +92,40 @@ def printable(text) -> str:
     return _UNPRINTABLE.sub(_escape_char, str(text))
 
 
+def trace_lines(culprit: dict) -> list[str]:
+    """The leak trace under a culprit: how many live and new, each path
+    from its root to the direct holder (then the culprit's type), and the
+    culprits held at the same place."""
+    details = culprit.get("details") or {}
+    if not isinstance(details, dict):
+        return []
+    lines = []
+    trace = details.get("trace") or {}
+    if isinstance(trace, dict) and isinstance(trace.get("live"), int):
+        live = f"{trace['live']:,} live"
+        if isinstance(trace.get("new"), int) and trace.get("new_since_step") is not None:
+            live += f" ({trace['new']:,} new since step {trace['new_since_step']})"
+        lines.append(f"{live} at step {trace.get('step')}")
+    target = culprit["name"].rsplit(".", 1)[-1] if culprit.get("kind") == "object_type" else None
+    for entry in details.get("held_by") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), list):
+            continue
+        hops = [str(hop) for hop in entry["path"]] + ([target] if target else [])
+        count = ""
+        if details.get("held_by_containers"):
+            count = f"   (a container that grew by {entry.get('instances', 0):,} items)" \
+                if isinstance(entry.get("instances"), int) else ""
+        elif culprit.get("kind") != "container" and isinstance(entry.get("instances"), int):
+            count = f"   ({entry['instances']:,} of {entry['of']:,})" if isinstance(entry.get("of"), int) \
+                else f"   ({entry['instances']:,})"
+        lines.append("held by: " + " → ".join(hops) + count)
+    for other in details.get("also") or []:
+        if isinstance(other, dict):
+            growth = human_amount(other.get("growth_per_step"), other.get("unit", ""), True)
+            lines.append(f"also held there: [{other.get('kind')}] {other.get('name')}  {growth}/step")
+    return lines
+
+
 def format_text(report: dict) -> str:
     """A readable report: one block per run, series table, culprits and hints.
 
@@ -134,6 +168,7 @@ def format_text(report: dict) -> str:
                 lines.append(f"     {rank}. [{culprit['kind']}] {culprit['name']}  {growth}/step  "
                              f"(confidence {culprit['confidence']:.0%})")
                 lines.append(f"        {culprit['evidence']}")
+                lines += ["        " + line for line in trace_lines(culprit)]
         if run["hints"]:
             lines.append("   what it usually means:")
             for hint in run["hints"]:
@@ -189,6 +224,7 @@ def format_markdown(report: dict) -> str:
             growth = human_amount(culprit["growth_per_step"], culprit["unit"], True)
             lines.append(f"- **{_md_escape(culprit['kind'])}** {_md_escape(culprit['name'])}: {growth}/step. "
                          f"{_md_escape(culprit['evidence'])}")
+            lines += ["  - " + _md_escape(line) for line in trace_lines(culprit)]
         for hint in run["hints"]:
             # Hints are tb-leak's own text, with intended `code` spans.
             lines.append(f"- *{hint['title']}*: {hint['text']} **Fix:** {hint['fix']}")

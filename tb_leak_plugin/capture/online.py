@@ -1,0 +1,560 @@
+"""While the loop runs: confirm leaks, trace who holds them, tell the user.
+
+After each heap walk the monitor hands the walk to a :class:`LeakWatch`:
+
+* **History.** Every point the monitor writes is kept in memory (at most
+  ``MAX_POINTS`` per series, thinned evenly beyond), so the same analysis that
+  the CLI runs on the logdir can run on the run so far.
+* **Marks.** For the few types whose live count rises most between walks,
+  the ids of their instances are noted (ids only, never the objects), so a
+  later trace can tell the instances made since then from the old ones.
+* **Growing containers.** The lengths of lists, dicts, sets and deques are
+  compared from walk to walk (ids and lengths in two arrays); a container
+  that grows at every walk is traced from a root and followed as a series
+  of its own (``leak/containers/<path>/length``), so a ``kept.append(bytes)``
+  that grows no gc-tracked type is named too.
+* **Leak traces.** When the analysis confirms a culprit (an object type, live
+  tensors), a sample of its new instances is traced to a root
+  (:mod:`referrers`), once per culprit and again only when it has doubled,
+  under a hard time cap. Each trace is written to the logdir as a ``held_by``
+  point (JSON in the plugin data), so a saved logdir shows it.
+* **Told.** The first time a culprit is confirmed the monitor logs one
+  warning with the culprit, its trace and the projected time to running out
+  of memory, and calls ``on_leak(report)``.
+
+Everything here runs inside the monitor's lock and heap-walk lock, is paid
+from the heap walk's share of the budget, and never raises into the loop.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import itertools
+import sys
+import json
+import math
+import time
+
+from tb_leak_plugin.capture import referrers
+from tb_leak_plugin.capture.probes import _function_types, type_name
+from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
+
+# Points kept per series for the analysis while the loop runs.
+MAX_POINTS = 1024
+# Types whose instances' ids are noted at each walk, and the largest count noted.
+MARKED_TYPES = 4
+MAX_MARKED_INSTANCES = 200_000
+# Instances traced per culprit, the time cap of one trace, and of all traces of one walk.
+TRACE_SAMPLE = 32
+TRACE_CAP_S = 0.25
+WALK_TRACE_CAP_S = 0.5
+# Traces written per run (a bounded logdir whatever the run's length).
+MAX_TRACES = 48
+# Containers: the smallest length followed, how many are followed at once,
+# walks of growth in a row before one is traced, and how many are reported.
+MIN_CONTAINER_LENGTH = 8
+# A container is named as a leak's holder only when it grew by at least this
+# many items per training step over the walks that saw it (a list appended to
+# every step: 1; a module registry filling up at imports: far less).
+MIN_ITEMS_PER_STEP = 0.2
+FOLLOWED_CONTAINERS = 16
+GROWING_WALKS = 3
+MAX_CONTAINERS = 8
+MAX_CONTAINER_IDS = 2_000_000
+# The analysis runs from this many heap walks on.
+MIN_WALKS_FOR_ANALYSIS = 2
+
+# The interpreter's own registries and caches grow at imports, not per step.
+_INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
+    "sys", "re", "linecache", "functools", "typing", "importlib", "abc", "inspect", "warnings", "weakref",
+    "_frozen_importlib", "_frozen_importlib_external", "copyreg", "encodings", "threading"))
+_MEMORY_GROUPS = frozenset(("process", "python", "tf"))
+_CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
+
+
+class History:
+    """The points written so far, per series, bounded."""
+
+    def __init__(self):
+        self._series: dict[SeriesInfo, list] = {}
+
+    def record(self, step: int, wall_time: float, sample) -> None:
+        for info, value in sample:
+            if info.group == HELD_BY_GROUP:
+                continue
+            points = self._series.get(info)
+            if points is None:
+                points = self._series[info] = [array.array("q"), array.array("d"), array.array("d")]
+            steps, walls, values = points
+            if steps and steps[-1] == step:
+                walls[-1], values[-1] = wall_time, float(value)
+                continue
+            steps.append(int(step))
+            walls.append(float(wall_time))
+            values.append(float(value))
+            if len(steps) > MAX_POINTS:
+                # Keep every second point, and the newest.
+                for column in points:
+                    last = column[-1]
+                    del column[1::2]
+                    if column[-1] != last or len(column) % 2 == 0:
+                        column.append(last)
+
+    def run_data(self, name: str, held_by=(), groups=None):
+        from tb_leak_plugin.analysis.series import RunData, Series
+
+        run = RunData(name=name, path=None)
+        for info, (steps, walls, values) in self._series.items():
+            if groups is not None and info.group not in groups:
+                continue
+            run.series[info.tag] = Series.from_points(info.tag, info, list(steps), list(walls), list(values))
+        for info, step, wall_time, value in held_by:
+            run.series[info.tag] = Series.from_points(info.tag, info, [step], [wall_time], [value])
+        return run
+
+
+class _Container:
+    __slots__ = ("kind", "history", "grew", "path", "subject", "reported")
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.history: list = []   # (step, wall_time, length)
+        self.grew = 0
+        self.path: list | None = None
+        self.subject: str | None = None
+        self.reported = False
+
+
+class LeakWatch:
+    """Online leak confirmation and tracing for one Monitor."""
+
+    def __init__(self, run_name: str, on_leak=None, log=None):
+        self.run_name = run_name
+        self.on_leak = on_leak
+        self._log = log or (lambda message: None)
+        self.history = History()
+        self._held_by: list = []           # (info, step, wall, value) written
+        self._walks = 0
+        self._counts: dict[int, int] = {}  # id(type) -> count at the last walk
+        self._marks: dict[int, tuple] = {}  # id(type) -> (step, frozenset of ids, name)
+        self._traced: dict[str, tuple] = {}  # culprit key -> (walk, live count)
+        self._told: set[str] = set()
+        self._containers: dict[int, _Container] = {}
+        self._container_ids = None
+        self._container_lengths = None
+        self.trace_seconds = 0.0
+        self.analysis_seconds = 0.0
+        self.last_report = None
+        self._failed = False
+        self._pending_backfill: list = []
+        self._container_traces = 0
+        #: A leak was confirmed between walks: the monitor walks the heap at
+        #: its next sample (once per run), or at close().
+        self.wants_walk = False
+        self._walk_asked = False
+        self._ignored: set[int] = set()
+        self._last_step, self._last_wall = 0, 0.0
+
+    # -- called by the monitor -----------------------------------------------
+
+    def announce(self, census) -> None:
+        kinds = [kind for kind in census.by_type() if id(kind) in self._marks]
+        census.want(*kinds, *_CONTAINER_TYPES)
+
+    def after_walk(self, step: int, wall_time: float, census, write) -> float:
+        """Run after the probes sampled ``census``; returns the seconds spent.
+
+        ``write(step, sample, wall_time)`` writes extra points (containers,
+        traces). Never raises.
+        """
+        if self._failed:
+            return 0.0
+        started = time.perf_counter()
+        self.wants_walk = False
+        try:
+            self._walks += 1
+            extra = self._follow_containers(step, wall_time, census)
+            self._mark(step, census)
+            if extra:
+                write(step, extra, wall_time)
+                self.history.record(step, wall_time, extra)
+            if self._walks >= MIN_WALKS_FOR_ANALYSIS or census.final:
+                self._analyse(step, wall_time, census, write)
+        except Exception as error:  # never into the loop: switch off
+            self._failed = True
+            self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
+        return time.perf_counter() - started
+
+    def between_walks(self, runs: int) -> float:
+        """After a run of the cheap probes: at their 16th, 32nd, 64th, ...
+        run, the analysis runs on the points so far (no census, no trace),
+        so that memory growth is told without waiting for a heap walk."""
+        if self._failed or runs < 16 or runs & (runs - 1):
+            return 0.0
+        started = time.perf_counter()
+        try:
+            from tb_leak_plugin.analysis.report import build_run_report
+
+            # Memory series only (a few, cheap to judge): the census's
+            # series are judged after the heap walks.
+            report = build_run_report(self.history.run_data(self.run_name, groups=_MEMORY_GROUPS))
+            if report.verdict == "leak":
+                self._tell(report)
+                if not self._held_by and not self._walk_asked:
+                    # Confirmed from memory: one heap walk soon, to name the holder.
+                    self.wants_walk = self._walk_asked = True
+        except Exception as error:
+            self._failed = True
+            self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
+        spent = time.perf_counter() - started
+        self.analysis_seconds += spent
+        return spent
+
+    # -- marks ----------------------------------------------------------------
+
+    def _mark(self, step, census) -> None:
+        counts = census.by_type()
+        previous = self._counts
+        rising = []
+        for kind, count in counts.items():
+            gain = count - previous.get(id(kind), 0)
+            if gain >= 8 and count <= MAX_MARKED_INSTANCES:
+                rising.append((gain, id(kind), kind))
+        rising.sort(key=lambda item: -item[0])
+        if previous:  # not on the first walk: everything is new there
+            for _gain, key, kind in rising[:MARKED_TYPES]:
+                if key in self._marks:
+                    continue  # keep the earliest mark of a type that keeps rising
+                self._marks[key] = (step, frozenset(map(id, census.instances_of(kind))), type_name(kind))
+        if len(self._marks) > 2 * MARKED_TYPES:
+            for key in sorted(self._marks, key=lambda k: self._marks[k][0])[: len(self._marks) - 2 * MARKED_TYPES]:
+                del self._marks[key]
+        self._counts = {id(kind): count for kind, count in counts.items()}
+
+    # -- containers -----------------------------------------------------------
+
+    def _follow_containers(self, step, wall_time, census) -> list:
+        containers = census.instances_of(*_CONTAINER_TYPES)
+        if len(containers) > MAX_CONTAINER_IDS:
+            return []
+        # Module namespaces grow at imports; they are roots, not leaks.
+        namespaces = set()
+        for module in list(sys.modules.values()):
+            try:
+                namespaces.add(id(object.__getattribute__(module, "__dict__")))
+            except Exception:
+                continue
+        containers = [c for c in containers if id(c) not in namespaces]
+        lengths = array.array("q", map(len, containers))
+        big = [i for i, n in enumerate(lengths) if n >= MIN_CONTAINER_LENGTH]
+        ids = array.array("q", (id(containers[i]) for i in big))
+        lens = array.array("q", (lengths[i] for i in big))
+        by_id = dict(zip(ids, range(len(ids))))
+        extra = []
+        # Containers followed: still there (same id, same type), grown?
+        for key in list(self._containers):
+            entry = self._containers[key]
+            index = by_id.get(key)
+            obj = containers[big[index]] if index is not None else None
+            if obj is None or type(obj) is not entry.kind:
+                if entry.reported and entry.subject:
+                    extra.append((SeriesInfo("containers", "length", "count", entry.subject), 0.0))
+                del self._containers[key]
+                continue
+            length = lens[index]
+            last = entry.history[-1][2]
+            entry.grew = entry.grew + 1 if length > last else 0
+            entry.history.append((step, wall_time, length))
+            if entry.reported:
+                if entry.subject:
+                    extra.append((SeriesInfo("containers", "length", "count", entry.subject), float(length)))
+            elif entry.grew >= GROWING_WALKS and len(entry.history) > GROWING_WALKS:
+                self._report_container(entry, obj, _census_lists(census) + [containers], extra)
+                if entry.reported and not entry.subject:
+                    del self._containers[key]
+                    if len(self._ignored) < 4096:
+                        self._ignored.add(key)
+                    continue
+            del entry.history[:-64]
+        # New candidates: grown the most since the last walk.
+        if self._container_ids is not None and len(self._containers) < FOLLOWED_CONTAINERS:
+            previous = dict(zip(self._container_ids, self._container_lengths))
+            grown = []
+            for index, key in enumerate(ids):
+                # A container new since the last walk (or too short to be
+                # listed then) counts from empty.
+                before = previous.get(key, 0)
+                if lens[index] > before and key not in self._containers and key not in self._ignored:
+                    grown.append((lens[index] - before, key, index, before))
+            grown.sort(reverse=True)
+            for gain, key, index, before in grown[: FOLLOWED_CONTAINERS - len(self._containers)]:
+                entry = _Container(type(containers[big[index]]))
+                entry.history = [(self._last_step, self._last_wall, before), (step, wall_time, lens[index])]
+                entry.grew = 1
+                self._containers[key] = entry
+        self._container_ids, self._container_lengths = ids, lens
+        self._last_step, self._last_wall = step, wall_time
+        containers = None
+        return extra
+
+    def _report_container(self, entry, obj, exclude, extra) -> None:
+        if sum(bool(e.subject) for e in self._containers.values()) >= MAX_CONTAINERS \
+                or self._container_traces >= 2 * MAX_CONTAINERS:
+            return
+        self._container_traces += 1
+        if entry.history[-1][2] - entry.history[0][2] < MIN_CONTAINER_LENGTH or not _per_step(entry):
+            return
+        result = referrers.trace([obj], time_cap_s=TRACE_CAP_S, exclude=exclude)
+        self.trace_seconds += result.seconds
+        entry.reported = True
+        if not result.held_by or result.held_by[0].signature in result.own \
+                or result.held_by[0].path[0].startswith(_INTERPRETER_ROOTS):
+            # Not reached from a root, or one of tb-leak's own: not followed.
+            entry.subject = None
+            return
+        path = result.held_by[0].path
+        entry.path = path
+        entry.subject = " → ".join(path + [entry.kind.__name__])[:240]
+        # The lengths seen so far, at their own steps, then the series goes on.
+        for step, wall_time, length in entry.history:
+            point = [(SeriesInfo("containers", "length", "count", entry.subject), float(length))]
+            self._pending_backfill.append((step, wall_time, point))
+
+    # -- analysis and traces --------------------------------------------------
+
+    def _analyse(self, step, wall_time, census, write) -> None:
+        from tb_leak_plugin.analysis.report import build_run_report
+
+        if self._pending_backfill:
+            backfill, self._pending_backfill = self._pending_backfill, []
+            for point_step, point_wall, point in backfill:
+                write(point_step, point, point_wall)
+                self.history.record(point_step, point_wall, point)
+        started = time.perf_counter()
+        report = build_run_report(self.history.run_data(self.run_name, self._held_by))
+        self.analysis_seconds += time.perf_counter() - started
+        self.last_report = report
+        if report.verdict != "leak":
+            return
+        traced_any = False
+        spent = 0.0
+        for culprit in report.culprits[:6]:
+            key = f"{culprit.kind}:{culprit.name}"
+            if spent > WALK_TRACE_CAP_S or len(self._held_by) >= MAX_TRACES:
+                break
+            kind, instances = self._culprit_targets(culprit, census)
+            if kind is None and not instances:
+                continue
+            live = len(instances)
+            done = self._traced.get(key)
+            if done is not None and (live < 2 * max(done[1], 1) or self._walks - done[0] < 4):
+                continue
+            mark = self._marks.get(id(kind)) if kind is not None else None
+            if mark is not None and mark[2] == type_name(kind):
+                fresh = [obj for obj in instances if id(obj) not in mark[1]]
+                since = mark[0]
+            else:
+                fresh, since = instances, None
+            instances = None
+            sample = _spread(fresh, TRACE_SAMPLE)
+            new = len(fresh)
+            fresh = None
+            result = referrers.trace(sample, time_cap_s=TRACE_CAP_S, exclude=_census_lists(census) + [sample])
+            sample = None
+            spent += result.seconds
+            self.trace_seconds += result.seconds
+            self._traced[key] = (self._walks, live)
+            detail = _trace_detail(culprit, step, live, new, since, result)
+            self._write_trace(key, detail, step, wall_time, result.traced, write)
+            traced_any = True
+        explained = any(c.kind in ("object_type", "tensors", "retracing", "container") for c in report.culprits)
+        memory = next((c for c in report.culprits if c.kind == "series"), None)
+        if memory is not None and not explained and len(self._held_by) < MAX_TRACES:
+            before = len(self._held_by)
+            self._trace_containers_for(memory, step, wall_time, census, write)
+            traced_any = traced_any or len(self._held_by) > before
+        if traced_any:
+            report = build_run_report(self.history.run_data(self.run_name, self._held_by))
+            self.last_report = report
+        self._tell(report)
+
+    def _culprit_targets(self, culprit, census):
+        """(the culprit's type, its live instances) to trace; a retracing
+        tf.function is traced itself (who holds the function holds its traces)."""
+        if culprit.kind == "retracing":
+            # The named tf.function; for the eager context's library growing,
+            # the tf.functions traced most often.
+            functions = []
+            for kind in _function_types(census):
+                for function in census.instances_of(kind):
+                    try:
+                        name = object.__getattribute__(function, "_name")
+                        count = int(function.experimental_get_tracing_count())
+                    except Exception:
+                        continue
+                    if name == culprit.name or (culprit.name.startswith("tf.function traces") and count >= 3):
+                        functions.append((count, function))
+            functions.sort(key=lambda item: -item[0])
+            return None, [function for _count, function in functions[:3]]
+        if culprit.kind == "object_type":
+            name = culprit.name
+        elif culprit.kind == "tensors" and "eager" in culprit.name:
+            name = "tensorflow.python.framework.ops.EagerTensor"
+        else:
+            return None, []
+        for kind in census.by_type():
+            if type_name(kind) == name:
+                return kind, census.instances_of(kind)
+        return None, []
+
+    def _trace_containers_for(self, culprit, step, wall_time, census, write) -> None:
+        """Memory grows and no traced type explains it: name the containers
+        that grew at every walk (``kept.append(bytes(...))``) as its holders."""
+        key = f"{culprit.kind}:{culprit.name}"
+        if key in self._traced or not self._containers:
+            return
+        growing = sorted(((e.history[-1][2] - e.history[0][2], k, e) for k, e in self._containers.items()
+                          if e.grew >= 1 and _per_step(e)), key=lambda item: -item[0])
+        if not growing:
+            return
+        gains = {k: g for g, k, _e in growing[:FOLLOWED_CONTAINERS]}
+        objs = [obj for obj in census.instances_of(*_CONTAINER_TYPES) if id(obj) in gains]
+        if not objs:
+            return
+        # The containers whose new items carry the most bytes first: a list
+        # of 64 KiB buffers before a dict of a thousand small entries.
+        objs.sort(key=lambda obj: -gains[id(obj)] * _item_bytes(obj))
+        del objs[3:]
+        exclude = _census_lists(census) + [objs]
+        entries, seconds, traced = [], 0.0, 0
+        for obj in objs:
+            result = referrers.trace([obj], time_cap_s=TRACE_CAP_S, exclude=exclude)
+            seconds += result.seconds
+            traced += 1
+            if result.held_by and result.held_by[0].signature not in result.own \
+                    and not result.held_by[0].path[0].startswith(_INTERPRETER_ROOTS):
+                growth = gains.get(id(obj), 0)
+                entries.append({"path": result.held_by[0].path + [type(obj).__name__], "sampled": 1,
+                                "instances": int(growth)})
+        objs = exclude = None
+        self.trace_seconds += seconds
+        if not entries:
+            # Not yet: containers named at a later walk (three tries).
+            self._container_tries = getattr(self, "_container_tries", 0) + 1
+            if self._container_tries >= 3:
+                self._traced[key] = (self._walks, 0)
+            return
+        self._traced[key] = (self._walks, 0)
+        detail = {"format": HELD_BY_FORMAT, "culprit": {"kind": culprit.kind, "name": culprit.name},
+                  "step": int(step), "live": None, "new": None, "new_since_step": None,
+                  "traced": traced, "found": len(entries), "seconds": round(seconds, 4),
+                  "complete": True, "containers": True, "held_by": entries}
+        self._write_trace(key, detail, step, wall_time, traced, write)
+
+    def _write_trace(self, key, detail, step, wall_time, value, write) -> None:
+        info = SeriesInfo(HELD_BY_GROUP, f"t{len(self._held_by)}", "instances", key[:200],
+                          detail=json.dumps(detail, ensure_ascii=False, separators=(",", ":")))
+        write(step, [(info, float(value))], wall_time)
+        self._held_by.append((info, step, wall_time, float(value)))
+
+    def _tell(self, report) -> None:
+        new = [c for c in report.culprits if c.kind != "op" and f"{c.kind}:{c.name}" not in self._told]
+        if not new:
+            return
+        for culprit in new:
+            self._told.add(f"{culprit.kind}:{culprit.name}")
+        top = new[0]
+        lines = [f"memory leak in run {self.run_name!r}: {summarize(top)}"]
+        held = top.details.get("held_by") if isinstance(top.details, dict) else None
+        if held:
+            lines.append("  held by: " + " → ".join(held[0]["path"]))
+        for other in new[1:3]:
+            lines.append(f"  also: {summarize(other)}")
+        lines.append("  " + time_left(report))
+        self._log("\n".join(lines))
+        if self.on_leak is not None:
+            try:
+                self.on_leak(report)
+            except Exception as error:
+                self._log(f"on_leak callback failed ({type(error).__name__}: {error})")
+
+
+def summarize(culprit) -> str:
+    rate = culprit.growth_per_step
+    rate_text = f" {rate:+.3g} {culprit.unit}/step" if rate is not None and math.isfinite(rate) else ""
+    return f"{culprit.name}{rate_text}"
+
+
+def time_left(report) -> str:
+    primary = next((s for s in report.series if s.tag == report.primary_tag), None)
+    trend = primary.trend if primary is not None else None
+    seconds = getattr(trend, "seconds_to_exhaustion", None)
+    if seconds is None or not math.isfinite(seconds):
+        return "time to running out of memory: not projected (no memory series grows, or none is known)"
+    hours = seconds / 3600.0
+    when = f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min"
+    return f"out of memory in ~{when} at this rate"
+
+
+def _item_bytes(container) -> float:
+    """Mean size of the last (up to 8) items of a container, in bytes."""
+    try:
+        if isinstance(container, dict):
+            items = list(itertools.islice(reversed(container.values()), 8))
+        elif isinstance(container, (list, collections.deque)):
+            items = [container[-i] for i in range(1, min(8, len(container)) + 1)]
+        else:
+            items = list(itertools.islice(iter(container), 8))
+        return sum(map(sys.getsizeof, items)) / max(len(items), 1)
+    except Exception:
+        return 0.0
+
+
+def _per_step(entry) -> bool:
+    (first_step, _w, first), (last_step, _w2, last) = entry.history[0], entry.history[-1]
+    steps = last_step - first_step
+    return steps > 0 and last - first >= MIN_ITEMS_PER_STEP * steps
+
+
+def _spread(items: list, count: int) -> list:
+    """Up to ``count`` items, evenly spread, the newest (last) included."""
+    n = len(items)
+    if n <= count:
+        return list(items)
+    step = n / count
+    return [items[min(n - 1, int(n - 1 - i * step))] for i in range(count)]
+
+
+def _census_lists(census) -> list:
+    lists = [census.objects]
+    selected = getattr(census, "_selected", None)
+    if selected:
+        lists.extend(selected.values())
+        lists.append(selected)
+    return lists
+
+
+def _trace_detail(culprit, step, live, new, since, result) -> dict:
+    # Instances that tb-leak's own state holds (points it keeps) are left out.
+    held = [h for h in result.held_by if h.signature not in result.own]
+    ours = sum(h.instances for h in result.held_by) - sum(h.instances for h in held)
+    found = max(result.found - ours, 1)
+    base = max((new if since is not None else live) - int(round(ours / max(result.found, 1) *
+                                                               (new if since is not None else live))), 0)
+    if since is not None:
+        new = base
+    return {
+        "format": HELD_BY_FORMAT,
+        "culprit": {"kind": culprit.kind, "name": culprit.name},
+        "step": int(step),
+        "live": int(live),
+        "new": int(new) if since is not None else None,
+        "new_since_step": int(since) if since is not None else None,
+        "traced": int(result.traced),
+        "found": int(result.found),
+        "seconds": round(result.seconds, 4),
+        "complete": bool(result.complete),
+        "held_by": [{"path": h.path, "sampled": h.instances,
+                     "instances": int(round(h.instances / found * base))} for h in held[:8]],
+    }

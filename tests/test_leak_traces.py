@@ -1,0 +1,343 @@
+"""Leak traces on real loops at default Monitor settings: the report names
+who holds what grows (a local, a global, a callback's attribute, a closure's
+cell, a dict keyed by step, a list of bytearrays, a tf.function's traces,
+arrays in tuples in a list), in the monitor's warning, in on_leak, in the
+saved logdir (CLI JSON and text) and without leaving references behind."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import subprocess
+import sys
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+from tb_leak_plugin import Monitor
+from tb_leak_plugin.analysis.holders import read_traces
+from tb_leak_plugin.capture import referrers
+from tb_leak_plugin.reporting.logdir import analyze_logdir
+
+STEPS = 1500
+
+
+def _pause():
+    time.sleep(0.0012)
+
+
+def _all_paths(report) -> list[str]:
+    out = []
+    for culprit in report.culprits:
+        details = culprit.details or {}
+        for entry in details.get("held_by") or []:
+            out.append(" → ".join(entry["path"]))
+        if culprit.kind == "container":
+            out.append(culprit.name)
+    return out
+
+
+def _saved_report(logdir):
+    result = analyze_logdir(str(logdir), with_traces=False)
+    [run] = result.runs
+    return run
+
+
+class Record:
+    def __init__(self, step):
+        self.step = step
+        self.payload = [step]
+
+
+# -- the loops ------------------------------------------------------------
+
+
+def loop_local(logdir, seen):
+    history = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        history.append(Record(step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+KEPT_GLOBAL: list = []
+
+
+def loop_global(logdir, seen):
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        KEPT_GLOBAL.append(Record(step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    KEPT_GLOBAL.clear()
+    return monitor
+
+
+def loop_closure(logdir, seen):
+    def make_logger():
+        store = []
+
+        def log(item):
+            store.append(item)
+        return log
+
+    log_step = make_logger()
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        log_step(Record(step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_dict_by_step(logdir, seen):
+    outputs = {}
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        outputs[step] = [float(step), float(step) * 2]
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_bytearrays(logdir, seen):
+    buffers = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        buffers.append(bytearray(4096))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_arrays_in_tuples(logdir, seen):
+    batches = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        batches.append((np.full(512, step, dtype=np.float32), step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+CASES = [
+    (loop_local, "loop_local() local `history`"),
+    (loop_global, "global `test_leak_traces.KEPT_GLOBAL`"),
+    (loop_closure, "`store`"),
+    (loop_dict_by_step, "loop_dict_by_step() local `outputs`"),
+    (loop_bytearrays, "loop_bytearrays() local `buffers`"),
+    (loop_arrays_in_tuples, "loop_arrays_in_tuples() local `batches`"),
+]
+
+
+@pytest.mark.parametrize("loop,holder", CASES, ids=[case[0].__name__ for case in CASES])
+def test_trace_names_the_holder(tmp_path, loop, holder, caplog):
+    seen = []
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        monitor = loop(tmp_path / "run", seen)
+    # While it ran: the report, the callback and the warning.
+    assert monitor.report is not None and monitor.report.verdict == "leak", monitor.report
+    assert seen, "on_leak was never called"
+    assert any("memory leak in run" in r.getMessage() for r in caplog.records)
+    # From the saved logdir, as the CLI and the tab read it.
+    report = _saved_report(tmp_path)
+    assert report.verdict == "leak", report.reason
+    paths = _all_paths(report)
+    assert any(holder in path for path in paths), paths
+    top = report.culprits[0]
+    top_paths = [" → ".join(e["path"]) for e in (top.details.get("held_by") or [])] + (
+        [top.name] if top.kind == "container" else [])
+    assert top_paths and holder in top_paths[0], (top.kind, top.name, top_paths)
+
+
+FIT_SCRIPT = r"""
+import sys, time
+import numpy as np
+import keras
+from tb_leak_plugin.keras import LeakCallback
+
+class KeepOutputs(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.kept_batches = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.kept_batches.append(bytearray(64 * 1024))
+        time.sleep(0.001)
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+x = np.zeros((3000, 4), np.float32)
+y = np.zeros((3000, 2), np.float32)
+keep = KeepOutputs()
+leak = LeakCallback(sys.argv[1], stop_on_leak=sys.argv[2] == "stop")
+model.fit(x, y, batch_size=1, epochs=2, verbose=0, callbacks=[keep, leak])
+print("batches", len(keep.kept_batches), "told", leak.leak_report is not None)
+"""
+
+
+def _run_script(script, *args, timeout=240):
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_callback_attribute_and_stop_on_leak_in_model_fit(tmp_path):
+    """model.fit with a callback keeping 64 KiB per batch: the leak is told
+    while fit runs (stop_on_leak stops it), and the report names the
+    callback's attribute that holds the buffers."""
+    pytest.importorskip("keras")
+    out = _run_script(FIT_SCRIPT, tmp_path / "fit", "stop")
+    batches = int(out.stdout.split("batches")[1].split()[0])
+    assert "told True" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert batches < 2 * 3000, "fit was not stopped"
+    report = _saved_report(tmp_path)
+    assert report.verdict == "leak", report.reason
+    paths = _all_paths(report)
+    assert any("KeepOutputs.kept_batches" in p for p in paths), paths
+
+
+def test_retracing_names_the_function(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+
+    @tf.function
+    def scaled(x, factor):
+        return x * factor
+
+    monitor = Monitor(str(tmp_path / "run"))
+    x = tf.constant([1.0, 2.0])
+    for step in range(400):
+        scaled(x, float(step))  # a Python float: one trace per value
+        monitor.sample(step)
+    monitor.close()
+    report = _saved_report(tmp_path)
+    assert report.verdict == "leak", report.reason
+    assert any(c.kind == "retracing" for c in report.culprits)
+    paths = _all_paths(report)
+    assert any("scaled" in p for p in paths), paths
+
+
+def test_clean_loop_writes_no_trace(tmp_path):
+    seen = []
+    monitor = Monitor(str(tmp_path / "run"), on_leak=seen.append)
+    window = []
+    for step in range(STEPS):
+        window.append(Record(step))
+        del window[:-50]
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    report = _saved_report(tmp_path)
+    assert report.verdict != "leak", report.reason
+    assert not seen
+    assert not [s for s in report.series if s.group == "containers" and s.trend and s.trend.verdict == "leak"]
+
+
+# -- the trace itself -------------------------------------------------------
+
+
+def test_trace_leaves_no_reference_and_locals_stay_free():
+    """A trace through a running frame's locals reads them without keeping
+    anything: an object rebound after the trace is freed."""
+    class Box:
+        pass
+
+    def holder():
+        item = Box()
+        probe = weakref.ref(item)
+        result = referrers.trace([item])
+        assert result.held_by and "holder() local `item`" in result.held_by[0].path[0]
+        item = None  # rebinding the local must free it
+        gc.collect()
+        return probe
+
+    assert holder()() is None
+
+
+def test_trace_finds_untracked_holder_chain_and_caps_time():
+    kept = [(bytearray(8), i) for i in range(20)]
+    result = referrers.trace([kept[-1]])
+    assert result.held_by and "local `kept`" in result.held_by[0].path[0]
+    # A zero time cap returns at once, complete=False, and never raises.
+    capped = referrers.trace([kept[-1][0]], time_cap_s=0.0)
+    assert capped.complete is False or capped.found <= 1
+    assert referrers.trace([]).found == 0
+
+
+HOSTILE_SCRIPT = r"""
+import sys, time
+from tb_leak_plugin import Monitor
+hostile = type("<img src=x onerror=alert(1)>", (), {})
+store = {"line\nbreak\x1b[31m": []}
+monitor = Monitor(sys.argv[1])
+for step in range(2000):
+    store["line\nbreak\x1b[31m"].append(hostile())
+    time.sleep(0.001)
+    monitor.sample(step)
+monitor.close()
+"""
+
+
+def test_hostile_names_in_trace_are_plain_text(tmp_path):
+    """A class whose name is markup and a dict key with a newline and an
+    escape: the trace keeps them as text; the CLI prints them on one line."""
+    _run_script(HOSTILE_SCRIPT, tmp_path / "run")
+    out = subprocess.run([sys.executable, "-m", "tb_leak_plugin.reporting.cli", "analyze", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert "\x1b" not in out.stdout
+    held = [line for line in out.stdout.splitlines() if "held by:" in line]
+    assert held and any("line" in line and "break" in line for line in held), out.stdout
+
+
+LOCAL_SCRIPT = r"""
+import sys, time
+from tb_leak_plugin import Monitor
+
+class Record:
+    def __init__(self, step):
+        self.payload = [step]
+
+def train(logdir):
+    history = []
+    monitor = Monitor(logdir)
+    for step in range(2000):
+        history.append(Record(step))
+        time.sleep(0.001)
+        monitor.sample(step)
+    monitor.close()
+
+train(sys.argv[1])
+"""
+
+
+def test_held_by_json_format(tmp_path):
+    _run_script(LOCAL_SCRIPT, tmp_path / "run")
+    out = subprocess.run([sys.executable, "-m", "tb_leak_plugin.reporting.cli", "analyze", str(tmp_path),
+                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    data = json.loads(out.stdout)
+    [run] = data["runs"]
+    held = [c["details"]["held_by"] for c in run["culprits"] if c["details"].get("held_by")]
+    assert held
+    entry = held[0][0]
+    assert set(entry) >= {"path", "instances", "of"}
+    assert isinstance(entry["path"], list) and all(isinstance(hop, str) for hop in entry["path"])
+    # Corrupt trace JSON is skipped with a warning; the rest of the report stands.
+    from tb_leak_plugin.analysis.series import Series
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    bad = Series.from_points("leak/held_by/x/t9", SeriesInfo("held_by", "t9", "instances", "x", detail="{oops"),
+                             [1], [0.0], [1.0])
+    warnings = []
+    assert read_traces([bad], warnings) == {} and warnings
