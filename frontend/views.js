@@ -156,7 +156,7 @@ export function hintsView(hints) {
 
 const KIND_LABELS = {
   op: "op", retracing: "tf.function", object_type: "object type", tensors: "tensors", series: "series", gc: "gc",
-  container: "container",
+  container: "container", runtime: "runtime", graph: "graph",
 };
 
 /** The leak trace under a culprit: each path from its root to the direct holder, as a chain of hops (text only). */

@@ -24,7 +24,7 @@ PROTO_VERSION = 0
 
 TAG_PREFIX = "leak/"
 
-GROUPS = ("process", "python", "tf", "tensors", "objects", "tf_function", "gc", "containers", "held_by")
+GROUPS = ("process", "python", "tf", "tensors", "objects", "tf_function", "gc", "containers", "held_by", "runtime")
 
 # Leak traces: a ``held_by`` series point per trace, whose plugin data
 # ``detail`` is this JSON format (see README "Leak traces").

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
+import pathlib
 import subprocess
 import sys
 import time
 import weakref
 
-import numpy as np
 import pytest
 
 from tb_leak_plugin import Monitor
@@ -46,110 +45,29 @@ def _saved_report(logdir):
     return run
 
 
-class Record:
-    def __init__(self, step):
-        self.step = step
-        self.payload = [step]
-
-
-# -- the loops ------------------------------------------------------------
-
-
-def loop_local(logdir, seen):
-    history = []
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
-        history.append(Record(step))
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    return monitor
-
-
-KEPT_GLOBAL: list = []
-
-
-def loop_global(logdir, seen):
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
-        KEPT_GLOBAL.append(Record(step))
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    KEPT_GLOBAL.clear()
-    return monitor
-
-
-def loop_closure(logdir, seen):
-    def make_logger():
-        store = []
-
-        def log(item):
-            store.append(item)
-        return log
-
-    log_step = make_logger()
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
-        log_step(Record(step))
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    return monitor
-
-
-def loop_dict_by_step(logdir, seen):
-    outputs = {}
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
-        outputs[step] = [float(step), float(step) * 2]
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    return monitor
-
-
-def loop_bytearrays(logdir, seen):
-    buffers = []
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
-        buffers.append(bytearray(4096))
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    return monitor
-
-
-def loop_arrays_in_tuples(logdir, seen):
-    batches = []
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
-        batches.append((np.full(512, step, dtype=np.float32), step))
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    return monitor
-
-
 CASES = [
-    (loop_local, "loop_local() local `history`"),
-    (loop_global, "global `test_leak_traces.KEPT_GLOBAL`"),
-    (loop_closure, "`store`"),
-    (loop_dict_by_step, "loop_dict_by_step() local `outputs`"),
-    (loop_bytearrays, "loop_bytearrays() local `buffers`"),
-    (loop_arrays_in_tuples, "loop_arrays_in_tuples() local `batches`"),
+    ("loop_local", "loop_local() local `history`"),
+    ("loop_global", "global `__main__.KEPT_GLOBAL`"),
+    ("loop_closure", "`store`"),
+    ("loop_dict_by_step", "loop_dict_by_step() local `outputs`"),
+    ("loop_bytearrays", "loop_bytearrays() local `buffers`"),
+    ("loop_arrays_in_tuples", "loop_arrays_in_tuples() local `batches`"),
 ]
+LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 
 
-@pytest.mark.parametrize("loop,holder", CASES, ids=[case[0].__name__ for case in CASES])
-def test_trace_names_the_holder(tmp_path, loop, holder, caplog):
-    seen = []
-    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
-        monitor = loop(tmp_path / "run", seen)
+def run_loop(case, logdir) -> dict:
+    out = subprocess.run([sys.executable, str(LOOPS), case, str(logdir)], capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case,holder", CASES, ids=[case[0] for case in CASES])
+def test_trace_names_the_holder(tmp_path, case, holder):
+    online = run_loop(case, tmp_path / "run")
     # While it ran: the report, the callback and the warning.
-    assert monitor.report is not None and monitor.report.verdict == "leak", monitor.report
-    assert seen, "on_leak was never called"
-    assert any("memory leak in run" in r.getMessage() for r in caplog.records)
+    assert online["told"] >= 1 and online["warned"], online
     # From the saved logdir, as the CLI and the tab read it.
     report = _saved_report(tmp_path)
     assert report.verdict == "leak", report.reason
@@ -230,19 +148,12 @@ def test_retracing_names_the_function(tmp_path):
 
 
 def test_clean_loop_writes_no_trace(tmp_path):
-    seen = []
-    monitor = Monitor(str(tmp_path / "run"), on_leak=seen.append)
-    window = []
-    for step in range(STEPS):
-        window.append(Record(step))
-        del window[:-50]
-        _pause()
-        monitor.sample(step)
-    monitor.close()
+    online = run_loop("loop_bounded", tmp_path / "run")
+    assert online["verdict"] != "leak" and online["told"] == 0, online
     report = _saved_report(tmp_path)
     assert report.verdict != "leak", report.reason
-    assert not seen
     assert not [s for s in report.series if s.group == "containers" and s.trend and s.trend.verdict == "leak"]
+    assert not [s for s in report.series if s.group == "held_by"]
 
 
 # -- the trace itself -------------------------------------------------------

@@ -63,6 +63,27 @@ HINTS = {
         "Build the model once outside the loop; for throwaway models call "
         "`tf.keras.backend.clear_session()` after each.",
     ),
+    "keras_names": Hint(
+        "keras_names",
+        "Keras models or layers built, and named afresh, every step",
+        "Keras' automatic names (`dense_17`, `sequential_8`) grow with the step count: a model or layer is "
+        "built inside the loop. Each new variable name makes TensorFlow's eager runtime cache another kernel "
+        "(about 36 KiB per variable) for the life of the process, so memory grows while no Python object does.",
+        "Build the model once, outside the loop, and reuse it (restore its first weights with "
+        "`model.set_weights(...)` if each step needs a fresh model); for throwaway models call "
+        "`keras.backend.clear_session()` after each, which resets the names and empties the cache.",
+    ),
+    "custom_gradients": Hint(
+        "custom_gradients",
+        "A train step traced again every step",
+        "TensorFlow's global gradient registry grows with the step count: a function that uses "
+        "`tf.custom_gradient`, such as a Keras optimizer step (`compile` + `fit`/`train_on_batch` on a new "
+        "model, or a new `tf.function` around `optimizer.apply`), is traced again each step. Every trace "
+        "registers a gradient function that keeps the traced graph alive for good, and `clear_session()` "
+        "does not release it.",
+        "Build and compile the model once and define the train-step `tf.function` once, outside the loop, "
+        "so that it is traced once.",
+    ),
     "data_pipeline": Hint(
         "data_pipeline",
         "tf.data pipeline rebuilt inside the loop",
@@ -211,4 +232,8 @@ def hint_for_series(tag_group: str, measure: str) -> Hint | None:
         return HINTS["function_per_step"]
     if tag_group == "gc" and measure in ("uncollectable", "garbage"):
         return HINTS["uncollectable"]
+    if tag_group == "runtime":
+        key = {"keras_auto_names": "keras_names", "custom_gradients": "custom_gradients",
+               "keras_global_state": "keras_objects", "graph_collection_items": "graph_grows"}.get(measure)
+        return HINTS[key] if key else None
     return None

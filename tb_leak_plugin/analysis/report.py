@@ -64,7 +64,7 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
         return ROLE_TENSORS
     if info.group == "objects":
         return ROLE_OBJECTS
-    if info.group in ("tf_function", "tf_graph"):
+    if info.group in ("tf_function", "tf_graph", "runtime"):
         return ROLE_TRACES
     if info.group == "containers":
         return ROLE_CONTAINERS
@@ -303,7 +303,7 @@ def _corroborate_memory(by_role) -> None:
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
                ROLE_CONTEXT: 5}
-_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "object_type": 2, "container": 2, "tensors": 3, "series": 4,
+_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "runtime": 1, "object_type": 2, "container": 2, "tensors": 3, "series": 4,
                "gc": 5}
 
 
@@ -364,11 +364,35 @@ def _graph_culprit(report) -> Culprit:
     )
 
 
+_RUNTIME_NAMES = {
+    "keras_auto_names": "Keras automatic names ({subject})",
+    "keras_global_state": "Keras global state",
+    "custom_gradients": "TensorFlow's custom-gradient registry",
+    "graph_collection_items": "items in the default graph's collections",
+}
+
+
+def _runtime_culprit(report) -> Culprit:
+    """Runtime state of Keras or TensorFlow that grows while (often) no
+    Python type does: the counter itself is the clue."""
+    name = _RUNTIME_NAMES.get(report.measure, report.measure).format(subject=report.subject)
+    hint = hints_lib.hint_for_series(report.group, report.measure)
+    return Culprit(
+        kind="runtime", name=name, growth_per_step=report.trend.slope_per_step, unit=report.unit,
+        evidence=f"{name} grows by {report.trend.slope_per_step:.3g} a step; {report.trend.reason}",
+        confidence=report.trend.confidence, hint=hint.key if hint else None,
+        details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
+    )
+
+
 def _trace_count_culprits(reports) -> list[Culprit]:
     out = []
     for report in _leaks(reports):
         if report.group == "tf_graph":
             out.append(_graph_culprit(report))
+            continue
+        if report.group == "runtime":
+            out.append(_runtime_culprit(report))
             continue
         hint = hints_lib.hint_for_series(report.group, report.measure)
         what = "traces" if report.measure == "traces" else "live instances"
@@ -419,7 +443,7 @@ def _census_complete(census_reports) -> bool:
 
 def _memory_culprits(reports, others, census_reports=()) -> list[Culprit]:
     leaking = {(r.group, r.measure): r for r in _leaks(reports)}
-    explained = any(c.kind in ("object_type", "tensors", "retracing", "graph") for c in others)
+    explained = any(c.kind in ("object_type", "tensors", "retracing", "graph", "runtime") for c in others)
     judged = _census_complete(census_reports)
     out = []
     for report in _leaks(reports):
@@ -475,7 +499,7 @@ def _run_verdict(by_role, culprits) -> tuple[str, float, str]:
 
 def _describe(culprit: Culprit) -> str:
     names = {"object_type": "objects of type", "tensors": "live tensors", "retracing": "tf.function",
-             "container": "growing container",
+             "container": "growing container", "runtime": "runtime state:",
              "graph": "TensorFlow graph:",
              "series": "series", "gc": "gc", "op": "op"}
     return f"{names.get(culprit.kind, culprit.kind)} {culprit.name}"

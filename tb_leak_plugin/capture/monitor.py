@@ -31,6 +31,7 @@ import time
 import weakref
 
 from tb_leak_plugin.capture import probes as probes_lib
+from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 
 logger = logging.getLogger("tb_leak_plugin")
@@ -52,8 +53,8 @@ _GARBAGE_SHARE_FOR_FULL = 0.01
 # How long a heap walk waits for another thread's to finish before it skips.
 _HEAP_WALK_WAIT_S = 2.0
 
-DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "gc", "objects", "tensors", "tf_function",
-                  "tf_graphs_held")
+DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "runtime_state", "gc", "objects", "tensors",
+                  "tf_function", "tf_graphs_held")
 
 # The fixed allowance (seconds of monitor time per run) is released over
 # training time t as allowance * t / (t + ALLOWANCE_HALF_S).

@@ -746,9 +746,14 @@ def _function_types(census: "Census") -> list:
     return out
 
 
-CHEAP_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "gc")
+CHEAP_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "gc", "runtime_state")
 CENSUS_PROBES = ("objects", "tensors", "tf_function", "tf_graphs_held", "uss")
 ALL_PROBES = CHEAP_PROBES + CENSUS_PROBES
+
+
+# Probes defined in modules of their own register here when imported
+# (capture/runtime_state.py; the monitor imports it).
+EXTRA_FACTORIES: dict = {}
 
 
 def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> list[Probe]:
@@ -765,6 +770,7 @@ def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> li
         "tf_function": TFFunctionProbe,
         "tf_graph": TFGraphProbe,
         "tf_graphs_held": TFGraphsHeldProbe,
+        **EXTRA_FACTORIES,
     }
     unknown = [name for name in names if not isinstance(name, Probe) and name not in factories]
     if unknown:

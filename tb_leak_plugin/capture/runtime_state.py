@@ -50,6 +50,7 @@ from __future__ import annotations
 import collections
 import sys
 
+from tb_leak_plugin.capture import probes as probes_lib
 from tb_leak_plugin.capture.probes import Probe, Sample
 from tb_leak_plugin.metadata import SeriesInfo
 
@@ -248,3 +249,6 @@ class RuntimeStateProbe(Probe):
             if value is not None:
                 sample.append((info, float(value)))
         return sample
+
+
+probes_lib.EXTRA_FACTORIES["runtime_state"] = RuntimeStateProbe

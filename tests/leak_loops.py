@@ -1,0 +1,152 @@
+"""Leaky training loops for tests/test_leak_traces.py, each run in a fresh
+process (``python tests/leak_loops.py CASE LOGDIR``) at default Monitor
+settings: a heap that other tests filled would change how many heap walks
+the budget buys, and a user's loop starts from its own heap."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from tb_leak_plugin import Monitor
+
+STEPS = 1500
+
+
+def _pause():
+    time.sleep(0.0012)
+
+
+class Record:
+    def __init__(self, step):
+        self.step = step
+        self.payload = [step]
+
+
+# -- the loops ------------------------------------------------------------
+
+
+def loop_local(logdir, seen):
+    history = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        history.append(Record(step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+KEPT_GLOBAL: list = []
+
+
+def loop_global(logdir, seen):
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        KEPT_GLOBAL.append(Record(step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_closure(logdir, seen):
+    def make_logger():
+        store = []
+
+        def log(item):
+            store.append(item)
+        return log
+
+    log_step = make_logger()
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        log_step(Record(step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_dict_by_step(logdir, seen):
+    outputs = {}
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        outputs[step] = [float(step)] * 256  # a step's outputs, kept
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_bytearrays(logdir, seen):
+    buffers = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        buffers.append(bytearray(4096))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+def loop_arrays_in_tuples(logdir, seen):
+    batches = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        batches.append((np.full(512, step, dtype=np.float32), step))
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+CASES = [
+    (loop_local, "loop_local() local `history`"),
+    (loop_global, "global `__main__.KEPT_GLOBAL`"),
+    (loop_closure, "`store`"),
+    (loop_dict_by_step, "loop_dict_by_step() local `outputs`"),
+    (loop_bytearrays, "loop_bytearrays() local `buffers`"),
+    (loop_arrays_in_tuples, "loop_arrays_in_tuples() local `batches`"),
+]
+
+
+
+
+def loop_bounded(logdir, seen):
+    window = []
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in range(STEPS):
+        window.append(Record(step))
+        del window[:-50]
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+class _Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def main(case: str, logdir: str) -> None:
+    handler = _Warnings()
+    logging.getLogger("tb_leak_plugin").addHandler(handler)
+    seen = []
+    monitor = globals()[case](logdir, seen)
+    report = monitor.report
+    print(json.dumps({"verdict": report.verdict if report else None, "told": len(seen),
+                      "warned": any("memory leak in run" in m for m in handler.messages)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
