@@ -107,6 +107,30 @@ def _container_hop(hop: str) -> str | None:
     return None
 
 
+def _container_items(culprit) -> str:
+    last = culprit.name.split(" → ")[-1]
+    return last.partition(" of ")[2]
+
+
+def adopt_containers(culprits: list) -> None:
+    """Live arrays or tensors with no trace of their own, and a growing
+    container that holds them: the container is where they accumulate."""
+    containers = [c for c in culprits if c.kind == "container"]
+    for culprit in culprits:
+        if culprit.kind != "tensors" or (culprit.details or {}).get("held_by"):
+            continue
+        wanted = "ndarray" if "numpy" in culprit.name else "EagerTensor" if "eager" in culprit.name else None
+        if wanted is None:
+            continue
+        for container in containers:
+            if wanted in _container_items(container):
+                path = [hop for hop in container.name.split(" → ") if hop]
+                culprit.details = dict(culprit.details or {})
+                culprit.details["held_by"] = [{"path": path, "instances": None, "of": None, "sampled": None}]
+                culprit.details["held_by_containers"] = True
+                break
+
+
 def holder_key(culprit):
     """The accumulation point of a culprit: its first path up to the first
     container on it (``train() local `history` → list``), or None.
@@ -120,6 +144,8 @@ def holder_key(culprit):
     path = list(held[0]["path"])
     if culprit.kind == "container":
         path = [hop for hop in culprit.name.split(" → ") if hop]
+    if path:
+        path[-1] = path[-1].partition(" of ")[0]  # "list of ndarray" is the list
     key = []
     for index, hop in enumerate(path):
         container = _container_hop(hop) if index else None

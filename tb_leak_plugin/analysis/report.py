@@ -189,6 +189,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         # of floats kept per step) it is not a leak of memory.
         culprits = sorted(culprits + containers, key=_culprit_rank)
     holders.attach(culprits, traces)
+    holders.adopt_containers(culprits)
     culprits = holders.merge_by_holder(culprits)
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = []
@@ -303,7 +304,7 @@ def _corroborate_memory(by_role) -> None:
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
                ROLE_CONTEXT: 5}
-_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "runtime": 1, "object_type": 2, "container": 2, "tensors": 3, "series": 4,
+_KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "runtime": 1, "object_type": 2, "tensors": 3, "container": 3.5, "series": 4,
                "gc": 5}
 
 
@@ -408,7 +409,8 @@ def _trace_count_culprits(reports) -> list[Culprit]:
 def _container_culprits(reports) -> list[Culprit]:
     out = []
     for report in _leaks(reports):
-        # The subject is the container's path from a root, then its type.
+        # The subject is the container's path from a root, then its type
+        # and what it holds ("list of ndarray").
         path = [hop for hop in report.subject.split(" → ") if hop][:-1]
         out.append(Culprit(
             kind="container", name=report.subject, growth_per_step=report.trend.slope_per_step, unit="items",

@@ -441,7 +441,8 @@ class Monitor:
                 if walking:
                     # Paid from the heap walk's spending, not counted in its
                     # cost (a trace runs once per culprit, not every walk).
-                    watch_s = self._watch.after_walk(step, wall_time, census, self._write_extra)
+                    watch_s = self._watch.after_walk(step, wall_time, census, self._write_extra,
+                                                     costs.get("heap", 0.0))
                     heap = next((u for u in due if u.needs_objects), None)
                     if heap is not None:
                         heap.spent_s += watch_s

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import array
 import collections
+
+import numpy as np
 import itertools
 import sys
 import json
@@ -41,10 +43,10 @@ from tb_leak_plugin.capture.probes import _function_types, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
 
 # Points kept per series for the analysis while the loop runs.
-MAX_POINTS = 1024
+MAX_POINTS = 256
 # Types whose instances' ids are noted at each walk, and the largest count noted.
-MARKED_TYPES = 4
-MAX_MARKED_INSTANCES = 200_000
+MARKED_TYPES = 3
+MAX_MARKED_INSTANCES = 20_000
 # Instances traced per culprit, the time cap of one trace, and of all traces of one walk.
 TRACE_SAMPLE = 32
 TRACE_CAP_S = 0.25
@@ -64,17 +66,23 @@ MAX_CONTAINERS = 8
 MAX_CONTAINER_IDS = 2_000_000
 # The analysis runs from this many heap walks on.
 MIN_WALKS_FOR_ANALYSIS = 2
+# The watch (analysis and traces) spends at most this share of the heap walks' own cost.
+WATCH_SHARE = 0.35
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
     "sys", "re", "linecache", "functools", "typing", "importlib", "abc", "inspect", "warnings", "weakref",
     "_frozen_importlib", "_frozen_importlib_external", "copyreg", "encodings", "threading"))
+_CONTAINER_SET = frozenset((list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict))
 _MEMORY_GROUPS = frozenset(("process", "python", "tf"))
 _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
 
 
 class History:
-    """The points written so far, per series, bounded."""
+    """The points written so far, per series, in buffers allocated once per
+    series (``MAX_POINTS`` each): keeping them never grows the monitor's
+    memory from step to step, which the program's own series would show.
+    A full buffer is thinned in place to every second point."""
 
     def __init__(self):
         self._series: dict[SeriesInfo, list] = {}
@@ -83,32 +91,32 @@ class History:
         for info, value in sample:
             if info.group == HELD_BY_GROUP:
                 continue
-            points = self._series.get(info)
-            if points is None:
-                points = self._series[info] = [array.array("q"), array.array("d"), array.array("d")]
-            steps, walls, values = points
-            if steps and steps[-1] == step:
-                walls[-1], values[-1] = wall_time, float(value)
+            entry = self._series.get(info)
+            if entry is None:
+                entry = self._series[info] = [np.empty(MAX_POINTS, np.int64), np.empty(MAX_POINTS),
+                                              np.empty(MAX_POINTS), 0]
+            steps, walls, values, n = entry
+            if n and steps[n - 1] == step:
+                walls[n - 1], values[n - 1] = wall_time, value
                 continue
-            steps.append(int(step))
-            walls.append(float(wall_time))
-            values.append(float(value))
-            if len(steps) > MAX_POINTS:
+            if n == MAX_POINTS:
                 # Keep every second point, and the newest.
-                for column in points:
-                    last = column[-1]
-                    del column[1::2]
-                    if column[-1] != last or len(column) % 2 == 0:
-                        column.append(last)
+                keep = np.r_[np.arange(0, MAX_POINTS - 1, 2), MAX_POINTS - 1]
+                for column in (steps, walls, values):
+                    column[: keep.size] = column[keep]
+                n = keep.size
+            steps[n], walls[n], values[n] = step, wall_time, value
+            entry[3] = n + 1
 
     def run_data(self, name: str, held_by=(), groups=None):
         from tb_leak_plugin.analysis.series import RunData, Series
 
         run = RunData(name=name, path=None)
-        for info, (steps, walls, values) in self._series.items():
+        for info, (steps, walls, values, n) in self._series.items():
             if groups is not None and info.group not in groups:
                 continue
-            run.series[info.tag] = Series.from_points(info.tag, info, list(steps), list(walls), list(values))
+            run.series[info.tag] = Series.from_points(info.tag, info, steps[:n].copy(), walls[:n].copy(),
+                                                      values[:n].copy())
         for info, step, wall_time, value in held_by:
             run.series[info.tag] = Series.from_points(info.tag, info, [step], [wall_time], [value])
         return run
@@ -149,6 +157,10 @@ class LeakWatch:
         self._failed = False
         self._pending_backfill: list = []
         self._container_traces = 0
+        self._walk_seconds = 0.0
+        self._rising = False          # a census count rose at the last walk
+        self._rose: set = set()       # ids of the types that rose at the last walk
+        self._memory_leaks = False    # the last memory-only analysis said leak
         #: A leak was confirmed between walks: the monitor walks the heap at
         #: its next sample (once per run), or at close().
         self.wants_walk = False
@@ -160,9 +172,18 @@ class LeakWatch:
 
     def announce(self, census) -> None:
         kinds = [kind for kind in census.by_type() if id(kind) in self._marks]
-        census.want(*kinds, *_CONTAINER_TYPES)
+        census.want(*kinds)
 
-    def after_walk(self, step: int, wall_time: float, census, write) -> float:
+    def _worth_analysing(self, walk_s: float) -> bool:
+        """Whether the analysis is worth its cost at this walk: something rose
+        since the first walk, and the watch has spent under a third of what
+        the walks themselves cost."""
+        self._walk_seconds += walk_s
+        if self.trace_seconds + self.analysis_seconds > WATCH_SHARE * self._walk_seconds:
+            return False
+        return self._rising or self._memory_leaks
+
+    def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0) -> float:
         """Run after the probes sampled ``census``; returns the seconds spent.
 
         ``write(step, sample, wall_time)`` writes extra points (containers,
@@ -179,7 +200,7 @@ class LeakWatch:
             if extra:
                 write(step, extra, wall_time)
                 self.history.record(step, wall_time, extra)
-            if self._walks >= MIN_WALKS_FOR_ANALYSIS or census.final:
+            if census.final or (self._walks >= MIN_WALKS_FOR_ANALYSIS and self._worth_analysing(walk_s)):
                 self._analyse(step, wall_time, census, write)
         except Exception as error:  # never into the loop: switch off
             self._failed = True
@@ -199,6 +220,7 @@ class LeakWatch:
             # Memory series only (a few, cheap to judge): the census's
             # series are judged after the heap walks.
             report = build_run_report(self.history.run_data(self.run_name, groups=_MEMORY_GROUPS))
+            self._memory_leaks = report.verdict == "leak"
             if report.verdict == "leak":
                 self._tell(report)
                 if not self._held_by and not self._walk_asked:
@@ -222,20 +244,31 @@ class LeakWatch:
             if gain >= 8 and count <= MAX_MARKED_INSTANCES:
                 rising.append((gain, id(kind), kind))
         rising.sort(key=lambda item: -item[0])
-        if previous:  # not on the first walk: everything is new there
+        self._rising = bool(rising) and bool(previous)
+        rising_all = rising
+        # Marked: types that rose at this walk and the one before (not on the
+        # first walk: everything is new there).
+        rising = [item for item in rising if item[1] in self._rose]
+        self._rose = {key for _gain, key, _kind in rising_all}
+        if previous:
+            fresh = [kind for _gain, key, kind in rising[:MARKED_TYPES] if key not in self._marks]
+            if fresh:
+                census.instances_of(*fresh)  # one pass selects them all
             for _gain, key, kind in rising[:MARKED_TYPES]:
                 if key in self._marks:
                     continue  # keep the earliest mark of a type that keeps rising
-                self._marks[key] = (step, frozenset(map(id, census.instances_of(kind))), type_name(kind))
-        if len(self._marks) > 2 * MARKED_TYPES:
-            for key in sorted(self._marks, key=lambda k: self._marks[k][0])[: len(self._marks) - 2 * MARKED_TYPES]:
+                ids = np.fromiter(map(id, census.instances_of(kind)), np.int64)
+                ids.sort()
+                self._marks[key] = (step, ids, type_name(kind))
+        if len(self._marks) > MARKED_TYPES:
+            for key in sorted(self._marks, key=lambda k: self._marks[k][0])[: len(self._marks) - MARKED_TYPES]:
                 del self._marks[key]
         self._counts = {id(kind): count for kind, count in counts.items()}
 
     # -- containers -----------------------------------------------------------
 
     def _follow_containers(self, step, wall_time, census) -> list:
-        containers = census.instances_of(*_CONTAINER_TYPES)
+        containers = census.where_type_in(_CONTAINER_SET)  # one pass in C
         if len(containers) > MAX_CONTAINER_IDS:
             return []
         # Module namespaces grow at imports; they are roots, not leaks.
@@ -245,27 +278,40 @@ class LeakWatch:
                 namespaces.add(id(object.__getattribute__(module, "__dict__")))
             except Exception:
                 continue
-        containers = [c for c in containers if id(c) not in namespaces]
-        lengths = array.array("q", map(len, containers))
-        big = [i for i, n in enumerate(lengths) if n >= MIN_CONTAINER_LENGTH]
-        ids = array.array("q", (id(containers[i]) for i in big))
-        lens = array.array("q", (lengths[i] for i in big))
-        by_id = dict(zip(ids, range(len(ids))))
+        n = len(containers)
+        all_ids = np.fromiter(map(id, containers), np.int64, n)
+        all_lens = np.fromiter(map(len, containers), np.int64, n)
+        if namespaces:
+            all_lens[np.isin(all_ids, np.fromiter(namespaces, np.int64, len(namespaces)))] = 0
+        big = np.flatnonzero(all_lens >= MIN_CONTAINER_LENGTH)
+        order = np.argsort(all_ids[big], kind="stable")
+        big = big[order]
+        ids, lens = all_ids[big], all_lens[big]   # sorted by id
+        all_ids = all_lens = None
+
+        def find(key):
+            at = int(np.searchsorted(ids, key))
+            return at if at < ids.size and ids[at] == key else None
+
         extra = []
         # Containers followed: still there (same id, same type), grown?
         for key in list(self._containers):
             entry = self._containers[key]
-            index = by_id.get(key)
+            index = find(key)
             obj = containers[big[index]] if index is not None else None
             if obj is None or type(obj) is not entry.kind:
                 if entry.reported and entry.subject:
                     extra.append((SeriesInfo("containers", "length", "count", entry.subject), 0.0))
                 del self._containers[key]
                 continue
-            length = lens[index]
+            length = int(lens[index])
             last = entry.history[-1][2]
             entry.grew = entry.grew + 1 if length > last else 0
             entry.history.append((step, wall_time, length))
+            if not entry.reported and entry.grew == 0:
+                # Stopped growing: make room for others.
+                del self._containers[key]
+                continue
             if entry.reported:
                 if entry.subject:
                     extra.append((SeriesInfo("containers", "length", "count", entry.subject), float(length)))
@@ -277,22 +323,28 @@ class LeakWatch:
                         self._ignored.add(key)
                     continue
             del entry.history[:-64]
-        # New candidates: grown the most since the last walk.
+        # New candidates: grown the most since the last walk (a container new
+        # since then, or too short to be listed, counts from empty).
         if self._container_ids is not None and len(self._containers) < FOLLOWED_CONTAINERS:
-            previous = dict(zip(self._container_ids, self._container_lengths))
-            grown = []
-            for index, key in enumerate(ids):
-                # A container new since the last walk (or too short to be
-                # listed then) counts from empty.
-                before = previous.get(key, 0)
-                if lens[index] > before and key not in self._containers and key not in self._ignored:
-                    grown.append((lens[index] - before, key, index, before))
-            grown.sort(reverse=True)
-            for gain, key, index, before in grown[: FOLLOWED_CONTAINERS - len(self._containers)]:
+            prev_ids, prev_lens = self._container_ids, self._container_lengths
+            at = np.searchsorted(prev_ids, ids)
+            at[at >= prev_ids.size] = 0
+            known = prev_ids[at] == ids if prev_ids.size else np.zeros(ids.size, bool)
+            before = np.where(known, prev_lens[at] if prev_ids.size else 0, 0)
+            gain = lens - before
+            room = FOLLOWED_CONTAINERS - len(self._containers)
+            for index in np.argsort(-gain, kind="stable")[: room + 16]:
+                key = int(ids[index])
+                if gain[index] <= 0 or room <= 0:
+                    break
+                if key in self._containers or key in self._ignored:
+                    continue
                 entry = _Container(type(containers[big[index]]))
-                entry.history = [(self._last_step, self._last_wall, before), (step, wall_time, lens[index])]
+                entry.history = [(self._last_step, self._last_wall, int(before[index])),
+                                 (step, wall_time, int(lens[index]))]
                 entry.grew = 1
                 self._containers[key] = entry
+                room -= 1
         self._container_ids, self._container_lengths = ids, lens
         self._last_step, self._last_wall = step, wall_time
         containers = None
@@ -315,7 +367,9 @@ class LeakWatch:
             return
         path = result.held_by[0].path
         entry.path = path
-        entry.subject = " → ".join(path + [entry.kind.__name__])[:240]
+        items = _item_kind(obj)
+        kind = entry.kind.__name__ + (f" of {items}" if items else "")
+        entry.subject = " → ".join(path + [kind])[:240]
         # The lengths seen so far, at their own steps, then the series goes on.
         for step, wall_time, length in entry.history:
             point = [(SeriesInfo("containers", "length", "count", entry.subject), float(length))]
@@ -352,7 +406,7 @@ class LeakWatch:
                 continue
             mark = self._marks.get(id(kind)) if kind is not None else None
             if mark is not None and mark[2] == type_name(kind):
-                fresh = [obj for obj in instances if id(obj) not in mark[1]]
+                fresh = _not_marked(instances, mark[1])
                 since = mark[0]
             else:
                 fresh, since = instances, None
@@ -419,7 +473,7 @@ class LeakWatch:
         if not growing:
             return
         gains = {k: g for g, k, _e in growing[:FOLLOWED_CONTAINERS]}
-        objs = [obj for obj in census.instances_of(*_CONTAINER_TYPES) if id(obj) in gains]
+        objs = [obj for obj in census.where_type_in(_CONTAINER_SET) if id(obj) in gains]
         if not objs:
             return
         # The containers whose new items carry the most bytes first: a list
@@ -495,6 +549,35 @@ def time_left(report) -> str:
     hours = seconds / 3600.0
     when = f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min"
     return f"out of memory in ~{when} at this rate"
+
+
+def _item_kind(container) -> str | None:
+    """What a container holds, from its newest item: ``ndarray``, ``EagerTensor``,
+    ``tuple(ndarray, int)``; None when empty or unknown."""
+    try:
+        if isinstance(container, dict):
+            item = next(reversed(container.values()))
+        elif isinstance(container, (list, collections.deque)):
+            item = container[-1]
+        else:
+            return None
+        name = type(item).__name__
+        if type(item) is tuple:
+            name = "tuple(" + ", ".join(type(part).__name__ for part in item[:3]) + (", …" if len(item) > 3 else "") + ")"
+        return name if isinstance(name, str) else None
+    except Exception:
+        return None
+
+
+def _not_marked(instances: list, marked: np.ndarray) -> list:
+    """The instances whose id is not among the sorted ``marked`` ids."""
+    if not instances:
+        return []
+    ids = np.fromiter(map(id, instances), np.int64, len(instances))
+    where = np.searchsorted(marked, ids)
+    where[where >= marked.size] = 0
+    new = marked[where] != ids if marked.size else np.ones(ids.size, bool)
+    return [instances[i] for i in np.flatnonzero(new)]
 
 
 def _item_bytes(container) -> float:
