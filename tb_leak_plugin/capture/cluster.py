@@ -126,7 +126,8 @@ def parse_tf_config(raw: str) -> Task | None:
         raise ClusterConfigError(f"{ENV_VAR} is not JSON ({error})") from None
     if not isinstance(config, dict):
         raise ClusterConfigError(f"{ENV_VAR} must be a JSON object, not {type(config).__name__}")
-    cluster = config.get("cluster") or {}
+    cluster = config.get("cluster")
+    cluster = {} if cluster is None else cluster
     task = config.get("task")
     if not isinstance(cluster, dict):
         raise ClusterConfigError(f"{ENV_VAR} 'cluster' must map task types to addresses")
@@ -180,8 +181,8 @@ def format_run_name(template: str, task: Task | None) -> str:
     parts = [part for part in name.replace("\\", "/").split("/") if part not in ("", ".")]
     if template.startswith(("/", "\\")) or any(part == ".." for part in parts):
         raise ValueError(f"run_name {template!r} must be a relative name inside the logdir (no '..')")
-    # Fields left empty without a task leave dangling separators: tidy them.
-    parts = [part.strip("-_") or part for part in parts]
+    if task is None:  # fields left empty leave dangling separators: tidy them
+        parts = [part.strip("-_") or part for part in parts]
     return "/".join(part for part in parts if part)
 
 
