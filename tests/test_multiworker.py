@@ -226,6 +226,7 @@ def test_leak_tab_lists_the_job(mwms_logdir, plugin_client):
     assert job["leaking"] == ["worker-1"] and job["runs"] == ["exp1/worker-0", "exp1/worker-1"]
     report = json.loads(client.get("/data/plugin/leak/report?run=exp1/worker-1").get_data())
     assert metadata.TASK_TAG not in {s["tag"] for s in report["series"]}
+    assert report["task"]["task_type"] == "worker" and report["task"]["task_index"] == 1
     compare = json.loads(client.get(
         f"/data/plugin/leak/compare?run=exp1/worker-0&run=exp1/worker-1&tag={job['tag']}").get_data())
     assert [s["run"] for s in compare["series"]] == ["exp1/worker-0", "exp1/worker-1"]

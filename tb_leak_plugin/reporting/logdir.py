@@ -35,11 +35,9 @@ class LogdirReport:
 
     def to_dict(self) -> dict:
         runs = []
-        job_of = {run: job["job"] for job in self.jobs for run in job["runs"]}
         for run in self.runs:
             entry = run.to_dict()
-            entry["task"] = self.tasks.get(run.run)
-            entry["job"] = job_of.get(run.run)
+            entry["task"] = self.tasks.get(run.run)  # as the Leak tab's report has it
             runs.append(entry)
         return {
             "logdir": self.logdir,
