@@ -73,7 +73,7 @@ export function jobPage(job, { x, onSelectRun }) {
     notes.map((note) => h("p", { className: "muted small", text: note })));
   const tasks = h("section", { className: "card job-section" }, h("h2", { text: "Tasks" }), h("div", { className: "table-wrap" }, taskTable(job, onSelectRun)));
   const host = h("div", { className: "chart-host" }, loading("Loading the tasks' series…"));
-  const card = h("article", { className: "card chart-card wide", testid: "job-chart-card" },
+  const card = h("article", { className: "card chart-card wide job-chart", testid: "job-chart-card" },
     h("div", { className: "muted small", text: job.tag ? `${job.tag}, one line per task` : "no memory series to chart" }), host);
 
   async function load(isCurrent) {
