@@ -4,8 +4,9 @@ The real jobs run on localhost: a two-worker ``MultiWorkerMirroredStrategy``
 custom loop (two processes, each with its own ``TF_CONFIG`` and port; worker 1
 keeps a 256 KiB tensor per step, worker 0 does not), and a chief + worker
 ``model.fit`` with ``LeakCallback`` (tf_keras: Keras 3's ``model.fit`` does not
-run under MultiWorkerMirroredStrategy in TF 2.21). Both at default Monitor
-settings, both writing to one logdir. Then: separate runs, identities
+run under MultiWorkerMirroredStrategy in TF 2.21), and a ParameterServerStrategy
+job (chief, worker, parameter server) whose chief alone runs the loop. All at
+default Monitor settings, each job's tasks writing to one logdir. Then: separate runs, identities
 recorded, ``tb-leak analyze`` groups them, names the leaking worker and counts
 the job once for ``--fail-on-leak``; the Leak tab lists the job and draws its
 tasks in one chart. The rest are fast checks of TF_CONFIG handling, run
@@ -55,9 +56,11 @@ def _free_ports(n: int) -> list[int]:
             sock.close()
 
 
-def _run_job(script: str, tasks: list[tuple[str, int]], cluster_spec: dict, args: list[str], tmp, extra_env=None):
-    """Start one process per task with its TF_CONFIG; wait for all (bounded);
-    kill every one that is left in any case. Returns their outputs."""
+def _run_job(script: str, tasks: list[tuple[str, int]], cluster_spec: dict, args: list[str], tmp, extra_env=None,
+             wait_for=None):
+    """Start one process per task with its TF_CONFIG; wait for all (or the
+    ``wait_for`` tasks: servers never exit), bounded; kill every one that is
+    left in any case. Returns their outputs."""
     path = tmp / "task.py"
     path.write_text(textwrap.dedent(script))
     procs, logs = [], []
@@ -69,8 +72,9 @@ def _run_job(script: str, tasks: list[tuple[str, int]], cluster_spec: dict, args
             procs.append(subprocess.Popen([sys.executable, str(path), *args], stdout=log, stderr=subprocess.STDOUT,
                                           env=_env(TF_CONFIG=json.dumps(config), **(extra_env or {})), cwd=str(tmp)))
         deadline = time.monotonic() + JOB_TIMEOUT_S
-        for proc in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        for task, proc in zip(tasks, procs):
+            if wait_for is None or task in wait_for:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -82,7 +86,8 @@ def _run_job(script: str, tasks: list[tuple[str, int]], cluster_spec: dict, args
         outputs.append(log.read()[-4000:])
         log.close()
     for (task_type, index), proc, output in zip(tasks, procs, outputs):
-        assert proc.returncode == 0, f"{task_type}-{index} exited with {proc.returncode}:\n{output}"
+        if wait_for is None or (task_type, index) in wait_for:
+            assert proc.returncode == 0, f"{task_type}-{index} exited with {proc.returncode}:\n{output}"
     return outputs
 
 
@@ -153,6 +158,39 @@ _FIT = """
     started = time.perf_counter()
     model.fit(data, epochs=1, verbose=0, callbacks=[KeepPredictions(), callback])
     print("steps", callback._step, "seconds", time.perf_counter() - started, flush=True)
+"""
+
+
+_PS_TASK = """
+    import json, os, sys
+    import tensorflow as tf
+
+    config = json.loads(os.environ["TF_CONFIG"])
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if config["task"]["type"] in ("worker", "ps"):   # servers only: no training loop, no Monitor
+        tf.distribute.Server(resolver.cluster_spec(), job_name=config["task"]["type"],
+                             task_index=config["task"]["index"], protocol="grpc", start=True).join()
+    import tb_leak_plugin as tbleak
+
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        w = tf.Variable(tf.random.normal([64, 64]))
+
+    @tf.function
+    def train_step():
+        loss = tf.reduce_mean(tf.matmul(tf.random.normal([32, 64]), w) ** 2)
+        w.assign_sub(1e-4 * loss * tf.ones_like(w))
+        return loss
+
+    kept = []
+    monitor = tbleak.Monitor(sys.argv[1])
+    for step in range(int(sys.argv[2])):
+        coordinator.schedule(train_step)
+        coordinator.join()
+        kept.append(tf.random.normal([256, 256]))   # the leak, in the coordinator's loop
+        monitor.sample(step)
+    monitor.close()
 """
 
 
@@ -292,6 +330,22 @@ def test_chief_and_worker_model_fit_with_leak_callback(tmp_path):
     assert result.returncode == 1 and "1 leak found" in result.stderr
 
 
+def test_parameter_server_job_watches_its_coordinator(tmp_path):
+    """ParameterServerStrategy: the chief runs the loop for the workers; its
+    run is the job's only one, and none is missing."""
+    logdir = tmp_path / "logs"
+    ports = _free_ports(3)
+    spec = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"], "ps": [f"localhost:{ports[2]}"]}
+    outputs = _run_job(_PS_TASK, [("ps", 0), ("worker", 0), ("chief", 0)], spec, [str(logdir), "300"], tmp_path,
+                       wait_for=[("chief", 0)])
+    assert list(reader.discover_runs(str(logdir))) == ["chief-0"], outputs
+    report = json.loads(_analyze(str(logdir), "--format", "json", "--no-traces").stdout)
+    [job] = report["jobs"]
+    assert job["cluster_size"] == 3 and job["missing"] == [] and job["runs"] == ["chief-0"]
+    assert job["verdict"] == "leak" and job["pattern"] == "coordinator", job
+    assert "the training loop it runs for every worker" in job["summary"]
+
+
 # -- fast checks: TF_CONFIG, run names, file names, job patterns ----------------------------
 
 
@@ -419,7 +473,7 @@ def test_job_patterns():
     assert some["pattern"] == "some" and some["leaking"] == ["worker-1", "worker-3"]
     clean = job(_row("worker", 0, "no_leak"), _row("worker", 1, "inconclusive"))
     assert clean["verdict"] == "inconclusive" and clean["pattern"] == "inconclusive"
-    missing = job(_row("worker", 0, "no_leak", spec={"worker": 3, "ps": 0}))
+    missing = job(_row("worker", 0, "no_leak", spec={"worker": 3}))
     assert missing["missing"] == ["worker-1", "worker-2"]
     ps = job(_row("chief", 0, "no_leak", spec={"chief": 1, "worker": 2, "ps": 1}))
     assert ps["missing"] == [], "under parameter servers only the chief trains"

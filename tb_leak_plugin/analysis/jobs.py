@@ -16,6 +16,8 @@ leaks, and the pattern says where to look:
   evaluation, variable placement on parameter servers).
 * ``one`` / ``some``: one task (or a few) of a role leaks and its peers do
   not: that task's data shard, its host, or state only it builds.
+* ``coordinator``: under ``ParameterServerStrategy`` only the chief runs
+  the training loop (and a Monitor); its leak is the loop's.
 * ``none``: no task leaks; ``inconclusive``: none leaks but some could not
   be judged.
 
@@ -42,6 +44,8 @@ PATTERN_TEXT = {
     "role": "only the tasks of one role leak: look at what only that role does",
     "one": "one task leaks: look at its data shard or its role (what only it does), or its host",
     "some": "some tasks leak: look at their data shards, hosts or state only they build",
+    "coordinator": "the coordinator leaks: the training loop it runs for every worker (under parameter "
+                   "servers only the chief runs Python; workers and parameter servers are not watched)",
     "none": "no task leaks",
     "inconclusive": "no task leaks, but not every task could be judged",
 }
@@ -123,6 +127,8 @@ def job_summary(name: str, members: list[dict]) -> dict:
     other = [t for t in tasks if t["verdict"] not in ("leak", "no_leak")]
     pattern, role = _pattern(tasks, leaking, other)
     cluster = _cluster_of(members)
+    if pattern == "one" and len(tasks) == 1 and cluster.get("ps") and tasks[0]["task_type"] in ("chief", "master"):
+        pattern = "coordinator"
     expected = _expected_tasks(cluster)
     present = {t["task"] for t in tasks}
     missing = [label for label in expected if label not in present]

@@ -20,7 +20,8 @@ def _growth(value) -> str:
 def job_lines(job: dict) -> list[str]:
     """The text block of one job (not yet passed through ``printable``)."""
     label = _LABEL.get(job["verdict"], job["verdict"])
-    lines = [f"== job {job['job']}: {label} ({len(job['tasks'])} tasks"
+    count = len(job["tasks"])
+    lines = [f"== job {job['job']}: {label} ({count} task{'s' if count != 1 else ''}"
              f"{', cluster of ' + str(job['cluster_size']) if job.get('cluster_size') else ''})",
              f"   {job['summary']}"]
     tasks = job["tasks"]
