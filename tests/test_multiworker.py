@@ -500,3 +500,17 @@ def test_identity_metadata_is_backward_compatible():
     plain = metadata.SeriesInfo("process", "rss_bytes", "bytes")
     assert type(metadata.parse_plugin_metadata(metadata.create_summary_metadata(plain).plugin_data.content)) is \
         metadata.SeriesInfo
+
+
+def test_job_blocks_print_hostile_names_inert():
+    from tb_leak_plugin.reporting import cli
+
+    name = "exp\x1b[2J\n| <b>x</b>"
+    found = jobs.group_jobs([_row("worker", 0, "leak", 5.0, run=f"{name}/w0"), _row("worker", 1, "no_leak", run=f"{name}/w1")])
+    report = {"logdir": "/l", "warnings": [], "runs": [], "jobs": found,
+              "groups": [{"parent": name, "runs": [f"{name}/w0", f"{name}/w1"], "leaking": [f"{name}/w0"]}]}
+    text = cli.format_text(report)
+    assert "\x1b" not in text and "\\x1b[2J\\x0a| <b>x</b>" in text
+    assert "group " not in text, "a group that is a job is shown once, as the job"
+    markdown = cli.format_markdown(report)
+    assert "\x1b" not in markdown and "<b>" not in markdown and "\\<b\\>" in markdown

@@ -154,7 +154,7 @@ def format_text(report: dict) -> str:
         lines.append("")
     for job in report.get("jobs", []):
         lines.extend(jobs_text.job_lines(job) + [""])
-    for group in report.get("groups", []):
+    for group in jobs_text.groups_not_jobs(report):
         leaking = ", ".join(group["leaking"]) or "none"
         lines.append(f"group {group['parent']}: {len(group['runs'])} runs, leaking: {leaking}")
     if not report["runs"]:

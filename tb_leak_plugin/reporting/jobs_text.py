@@ -42,6 +42,12 @@ def job_lines(job: dict) -> list[str]:
     return lines
 
 
+def groups_not_jobs(report: dict) -> list[dict]:
+    """The report's directory groups, less those that a job block already shows."""
+    shown = {frozenset(job["runs"]) for job in report.get("jobs", [])}
+    return [group for group in report.get("groups", []) if frozenset(group["runs"]) not in shown]
+
+
 def markdown_lines(job: dict, escape) -> list[str]:
     """The markdown block of one job; ``escape`` makes data inert."""
     icon = {"leak": "🔴", "no_leak": "🟢"}.get(job["verdict"], "⚪")
