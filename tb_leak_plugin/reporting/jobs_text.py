@@ -36,7 +36,7 @@ def job_lines(job: dict) -> list[str]:
         lines.append(f"     {task['task']:<{width_task}}  {task['run']:<{width_run}}  {verdict:<12}  "
                      f"{_growth(task.get('growth_bytes_per_step')):>18}  {culprit_text}")
     if job.get("missing"):
-        lines.append(f"   no run from: {', '.join(job['missing'])} (not started, or no Monitor there)")
+        lines.append(f"   no run from: {', '.join(job['missing'])} (not started, no Monitor there, or left out by --run)")
     if job.get("duplicated"):
         lines.append(f"   several runs claim {', '.join(job['duplicated'])} (a restarted job under new run names?)")
     return lines
@@ -61,5 +61,5 @@ def markdown_lines(job: dict, escape) -> list[str]:
 
 def fail_message(count: int, phrases: list[str]) -> str:
     """What ``--fail-on-leak`` prints on stderr when it exits 1."""
-    return (f"--fail-on-leak: {count} leak{'s' if count != 1 else ''} found (a job counts once): "
-            + "; ".join(phrases))
+    shown = "; ".join(phrases[:10]) + (f"; and {len(phrases) - 10} more" if len(phrases) > 10 else "")
+    return f"--fail-on-leak: {count} leak{'s' if count != 1 else ''} found (a job counts once): {shown}"
