@@ -227,7 +227,6 @@ class ReportCache:
             else:
                 points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
         report = self._report_builder(run_data, with_traces=run_data.path is not None).to_dict()
-        report["task"] = getattr(run_data, "task", None)  # a distributed job's task (analysis.jobs)
         report = relative_paths(report, run_data.path, self._logdir_root)
         return RunEntry(
             fingerprint=listing.fingerprints[run],

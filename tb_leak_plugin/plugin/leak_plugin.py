@@ -191,7 +191,7 @@ class LeakPlugin(base_plugin.TBPlugin):
                 rows.append(views.failed_run_row(run, error))
                 continue
             row = views.run_row(run, entry.report)
-            row["task"] = getattr(entry.run_data, "task", None)
+            row["task"] = entry.report.get("task")
             rows.append(row)
         return jobs_view.with_jobs(views.runs_listing(rows))
 

@@ -30,18 +30,12 @@ class LogdirReport:
     runs: list[RunReport]
     groups: list[dict]
     warnings: list[str]
-    tasks: dict = dataclasses.field(default_factory=dict)  # run -> task identity (distributed jobs)
     jobs: list = dataclasses.field(default_factory=list)  # analysis.jobs.group_jobs
 
     def to_dict(self) -> dict:
-        runs = []
-        for run in self.runs:
-            entry = run.to_dict()
-            entry["task"] = self.tasks.get(run.run)  # as the Leak tab's report has it
-            runs.append(entry)
         return {
             "logdir": self.logdir,
-            "runs": runs,
+            "runs": [run.to_dict() for run in self.runs],
             "groups": self.groups,
             "jobs": self.jobs,
             "warnings": list(self.warnings),
@@ -91,7 +85,12 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
                 session.path = _relative_to(run.path, session.path)
                 if session.error:
                     session.error = _relative_to(run.path, session.error)
-    return build_run_report(run, trace_report)
+    shared = shared_run_warning(run.path)
+    if shared and shared not in run.warnings:
+        run.warnings.append(shared)
+    report = build_run_report(run, trace_report)
+    report.task = run.task
+    return report
 
 
 def _relative_to(run_dir: str | None, text: str) -> str:
@@ -104,20 +103,15 @@ def _relative_to(run_dir: str | None, text: str) -> str:
     return re.sub(r"(?<![^\s'\"(\[])" + re.escape(root) + "[" + re.escape(separators) + "]", "", text)
 
 
-def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None):
-    """(report, task identity or None) of one run."""
+def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
     try:
         run = loading.load_run(name, run_dir)
-        report = report_for_run(run, with_traces, max_trace_bytes)
-        shared = shared_run_warning(run_dir)
-        if shared:
-            report.warnings.append(shared)
-        return report, run.task
+        return report_for_run(run, with_traces, max_trace_bytes)
     except Exception as error:  # one unreadable run must not sink the others
         logger.warning("tb-leak: run %r could not be analysed: %s", name, error)
         run = RunData(name=name, path=run_dir,
                       warnings=[f"{run_dir}: could not be analysed ({type(error).__name__}: {error})"])
-        return build_run_report(run), None
+        return build_run_report(run)
 
 
 _TASK_FILE = re.compile(r"\.([A-Za-z0-9_-]+-\d+)\.tbleak$")
@@ -167,11 +161,9 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
     if jobs > 1:
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            results = list(pool.map(_analyze_run, *zip(*arguments), chunksize=max(1, len(arguments) // (4 * jobs))))
+            reports = list(pool.map(_analyze_run, *zip(*arguments), chunksize=max(1, len(arguments) // (4 * jobs))))
     else:
-        results = [_analyze_run(*args) for args in arguments]
-    reports = [report for report, _task in results]
-    tasks = {report.run: task for report, task in results if task}
+        reports = [_analyze_run(*args) for args in arguments]
     reports.sort(key=lambda r: (VERDICT_ORDER.get(r.verdict, 3), r.run))
     groups = []
     verdicts = {r.run: r.verdict for r in reports}
@@ -188,9 +180,9 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
         )
     elif not any(r.series for r in reports):
         warnings.append(f"event files under {logdir!r} hold no tb-leak series")
-    job_rows = [{"run": r.run, "verdict": r.verdict, "task": tasks.get(r.run),
+    job_rows = [{"run": r.run, "verdict": r.verdict, "task": r.task,
                  "growth_bytes_per_step": r.growth_bytes_per_step, "primary_tag": r.primary_tag,
                  "top_culprit": {"kind": r.culprits[0].kind, "name": r.culprits[0].name} if r.culprits else None}
                 for r in reports]
-    return LogdirReport(logdir=logdir, runs=reports, groups=groups, warnings=warnings, tasks=tasks,
+    return LogdirReport(logdir=logdir, runs=reports, groups=groups, warnings=warnings,
                         jobs=jobs_lib.group_jobs(job_rows))
