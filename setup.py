@@ -45,6 +45,10 @@ setup(
         "test": [
             "tensorflow-cpu>=2.12; platform_machine=='x86_64'",
             "tensorflow>=2.12; platform_machine!='x86_64'",
+            # Multi-worker model.fit runs on tf_keras. It requires "tensorflow",
+            # which on x86 would install a second TensorFlow beside tensorflow-cpu:
+            # there .ci/run installs it with --no-deps.
+            "tf-keras>=2.16; platform_machine!='x86_64'",
             "pytest>=7",
             "playwright>=1.40",
             "werkzeug>=2",

@@ -5,6 +5,7 @@
 import * as model from "./model.js";
 import * as views from "./views.js";
 import { mountTimeline } from "./chart.js";
+import * as jobs from "./jobs.js";
 
 const { h } = views;
 
@@ -12,7 +13,9 @@ const state = {
   runs: [],
   selected: null,
   compared: new Set(),
-  mode: "run", // "run" | "compare"
+  jobs: [],
+  selectedJob: null,
+  mode: "run", // "run" | "compare" | "job"
   x: "step", // "step" | "wall_time"
   compareTag: null,
   token: 0,
@@ -68,6 +71,7 @@ function followTheme() {
 
 function buildShell() {
   const runsBox = h("div", { className: "runs-box" }, views.loading("Loading runs…"));
+  const jobsBox = h("div", { className: "jobs-holder", testid: "jobs-box" });
   const controls = h("div", { className: "controls" });
   const compareBar = h("div", { className: "compare-bar" });
   const main = h("main", { className: "content", testid: "content" });
@@ -79,9 +83,9 @@ function buildShell() {
         attrs: { type: "button", "aria-label": "Reload data" }, text: "⟳",
         on: { click: refresh },
       })),
-    controls, runsBox, compareBar);
+    controls, jobsBox, runsBox, compareBar);
   const root = h("div", { className: "leak-app", testid: "leak-app", data: { state: "loading" } }, sidebar, main);
-  return { root, sidebar, runsBox, controls, compareBar, main };
+  return { root, sidebar, runsBox, jobsBox, controls, compareBar, main };
 }
 
 function setReady(value) {
@@ -105,6 +109,8 @@ async function loadRuns() {
     return;
   }
   state.runs = data.runs || [];
+  state.jobs = data.jobs || [];
+  if (state.mode === "job" && !state.jobs.some((j) => j.job === state.selectedJob)) state.mode = "run";
   const names = new Set(state.runs.map((r) => r.run));
   state.compared = new Set([...state.compared].filter((r) => names.has(r)));
   if (!state.runs.length) {
@@ -118,7 +124,7 @@ async function loadRuns() {
   if (!names.has(state.selected)) state.selected = state.runs[0].run;
   if (state.mode === "compare" && state.compared.size < 2) state.mode = "run";
   renderSidebar();
-  await (state.mode === "compare" ? showCompare() : showRun(state.selected));
+  await (state.mode === "compare" ? showCompare() : state.mode === "job" ? showJob(state.selectedJob) : showRun(state.selected));
 }
 
 function renderSidebar() {
@@ -129,8 +135,13 @@ function renderSidebar() {
       state.x = x;
       renderSidebar();
       if (state.mode === "compare") showCompare();
+      else if (state.mode === "job") showJob(state.selectedJob);
       else showRun(state.selected);
     }, "x-toggle"));
+  shell.jobsBox.replaceChildren(...[jobs.jobList(state.jobs, {
+    selected: state.mode === "job" ? state.selectedJob : null,
+    onSelect: (job) => { state.selectedJob = job; state.mode = "job"; renderSidebar(); showJob(job); },
+  })].filter(Boolean));
   shell.runsBox.replaceChildren(views.runList(state.runs, {
     selected: state.mode === "run" ? state.selected : null,
     compared: state.compared,
@@ -268,6 +279,27 @@ async function loadChart(run, series, host, token) {
   if (data.downsampled) {
     host.appendChild(h("div", { className: "muted tiny", text: `${data.points.x.length.toLocaleString("en-US")} of ${data.total_points.toLocaleString("en-US")} points shown (min/max per bucket)` }));
   }
+}
+
+// ---------------------------------------------------------------- a distributed job
+
+async function showJob(name) {
+  const token = ++state.token;
+  setReady("loading");
+  const job = state.jobs.find((j) => j.job === name);
+  if (!job) {
+    showMain(views.errorState(`No job “${name}”`));
+    setReady("ready");
+    return;
+  }
+  const page = jobs.jobPage(job, {
+    x: state.x,
+    onSelectRun: (run) => { state.selected = run; state.mode = "run"; renderSidebar(); showRun(run); },
+  });
+  showMain(...page.nodes);
+  const chart = await page.load(() => token === state.token);
+  if (chart) state.charts.push(chart);
+  if (token === state.token) setReady("ready");
 }
 
 // ---------------------------------------------------------------- compare

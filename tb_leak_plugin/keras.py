@@ -27,7 +27,10 @@ class LeakCallback(_callback_base()):
     own callback uses with ``update_freq="batch"``). Every keyword of
     :class:`~tb_leak_plugin.Monitor` is accepted, e.g.
     ``profile_steps=(100, 120)`` to record a profiler trace of those batches.
-    The monitor is closed when training ends.
+    The monitor is closed when training ends. Works with Keras 3 and with
+    tf_keras (Keras 2). Under ``tf.distribute`` each task (``TF_CONFIG``)
+    writes its own run, as :class:`~tb_leak_plugin.Monitor` does (``run_name=``
+    to name it).
 
     ``stop_on_leak=True`` stops ``model.fit`` (``model.stop_training``) once
     a leak is confirmed while it trains; the report is in ``leak_report``.
@@ -66,3 +69,15 @@ class LeakCallback(_callback_base()):
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
+
+    # tf_keras (Keras 2: ``TF_USE_LEGACY_KERAS=1``, the Keras that runs
+    # ``model.fit`` under MultiWorkerMirroredStrategy) asks its callbacks
+    # which batch hooks they implement.
+    def _implements_train_batch_hooks(self):
+        return True
+
+    def _implements_test_batch_hooks(self):
+        return False
+
+    def _implements_predict_batch_hooks(self):
+        return False

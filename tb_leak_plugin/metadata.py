@@ -47,12 +47,35 @@ def _build_message_class():
         (6, "detail", field_type.TYPE_STRING),
     ):
         msg.field.add(name=name, number=number, type=kind, label=field_type.LABEL_OPTIONAL)
+    # Which task of a distributed job wrote the run (only on the "run" series).
+    msg.field.add(name="task", number=7, type=field_type.TYPE_MESSAGE, type_name=".tb_leak.TaskIdentity",
+                  label=field_type.LABEL_OPTIONAL)
+    task = fdp.message_type.add(name="TaskIdentity")
+    for number, name, kind, label in (
+        (1, "task_type", field_type.TYPE_STRING, field_type.LABEL_OPTIONAL),
+        (2, "task_index", field_type.TYPE_INT32, field_type.LABEL_OPTIONAL),
+        (3, "cluster_size", field_type.TYPE_INT32, field_type.LABEL_OPTIONAL),
+        (4, "host", field_type.TYPE_STRING, field_type.LABEL_OPTIONAL),
+        (5, "pid", field_type.TYPE_INT64, field_type.LABEL_OPTIONAL),
+        (6, "cluster_id", field_type.TYPE_STRING, field_type.LABEL_OPTIONAL),
+        (7, "task_counts", field_type.TYPE_STRING, field_type.LABEL_REPEATED),
+        (8, "run_named_by", field_type.TYPE_STRING, field_type.LABEL_OPTIONAL),
+    ):
+        task.field.add(name=name, number=number, type=kind, label=label)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tb_leak.LeakPluginData"))
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("tb_leak.LeakPluginData")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("tb_leak.TaskIdentity")))
 
 
-LeakPluginData = _build_message_class()
+LeakPluginData, TaskIdentity = _build_message_class()
+
+# The series that records which task of a distributed job wrote a run: its
+# value is the task index, its plugin data carries the whole TaskIdentity.
+# Readers take it out of the run's series (it measures nothing); a tb-leak
+# that predates it reads it as one more flat series.
+TASK_GROUP, TASK_MEASURE, TASK_UNIT = "run", "task", "index"
+TASK_TAG = TAG_PREFIX + TASK_GROUP + "/" + TASK_MEASURE
 
 
 class PluginDataError(ValueError):
@@ -80,6 +103,55 @@ class SeriesInfo:
         return self.unit == "bytes" and self.group in ("process", "python", "tf", "tensors")
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskSeriesInfo(SeriesInfo):
+    """The task-identity series: a :class:`SeriesInfo` whose metadata also
+    carries a serialized ``TaskIdentity`` (see :func:`task_identity`)."""
+
+    task_bytes: bytes = b""
+
+    @property
+    def task(self) -> dict:
+        return task_identity_dict(self.task_bytes)
+
+
+def task_series_info(identity: dict) -> TaskSeriesInfo:
+    """The SeriesInfo of the task-identity series for ``identity`` (keys as
+    :func:`task_identity_dict` returns them)."""
+    message = TaskIdentity(
+        task_type=str(identity.get("task_type", "")),
+        task_index=int(identity.get("task_index", 0)),
+        cluster_size=int(identity.get("cluster_size", 0)),
+        host=str(identity.get("host", "")),
+        pid=int(identity.get("pid", 0)),
+        cluster_id=str(identity.get("cluster_id", "")),
+        task_counts=[f"{name}={count}" for name, count in sorted((identity.get("task_counts") or {}).items())],
+        run_named_by=str(identity.get("run_named_by", "")),
+    )
+    return TaskSeriesInfo(TASK_GROUP, TASK_MEASURE, TASK_UNIT, "", message.SerializeToString())
+
+
+def task_identity_dict(content: bytes) -> dict:
+    """A serialized ``TaskIdentity`` as a plain dict; ``task_counts`` is
+    task type -> number of tasks (entries that do not parse are left out)."""
+    message = TaskIdentity.FromString(bytes(content))
+    counts = {}
+    for entry in message.task_counts:
+        name, _, count = entry.rpartition("=")
+        if name and count.isdigit():
+            counts[name] = int(count)
+    return {
+        "task_type": message.task_type,
+        "task_index": int(message.task_index),
+        "cluster_size": int(message.cluster_size),
+        "host": message.host,
+        "pid": int(message.pid),
+        "cluster_id": message.cluster_id,
+        "task_counts": counts,
+        "run_named_by": message.run_named_by,
+    }
+
+
 def series_tag(group: str, measure: str, subject: str = "") -> str:
     """Return the stable tag name for a series.
 
@@ -103,6 +175,9 @@ def create_summary_metadata(info: SeriesInfo, display_name: str = "", descriptio
         subject=info.subject,
         detail=info.detail,
     )
+    task_bytes = getattr(info, "task_bytes", b"")
+    if task_bytes:
+        content.task.MergeFromString(task_bytes)
     return summary_pb2.SummaryMetadata(
         display_name=display_name or info.tag,
         summary_description=description,
@@ -137,6 +212,9 @@ def parse_plugin_metadata(content: bytes) -> SeriesInfo:
         raise PluginDataError(f"invalid plugin data version {message.version}")
     if not (message.group and message.measure and message.unit):
         raise PluginDataError("plugin data lacks group, measure or unit")
+    if message.HasField("task"):
+        return TaskSeriesInfo(group=message.group, measure=message.measure, unit=message.unit,
+                              subject=message.subject, task_bytes=message.task.SerializeToString())
     return SeriesInfo(
         group=message.group, measure=message.measure, unit=message.unit, subject=message.subject,
         detail=message.detail,

@@ -52,11 +52,11 @@ def sample_to_summary_pb(sample: Sample, with_metadata=lambda info: True) -> sum
 class EventWriter:
     """Writes samples into event files under ``logdir`` without TensorFlow."""
 
-    def __init__(self, logdir: str, flush_secs: float = 30.0):
+    def __init__(self, logdir: str, flush_secs: float = 30.0, name_tag: str = ""):
         from tb_leak_plugin.eventfile.writer import RecordEventWriter
 
         self.logdir = logdir
-        self._writer = RecordEventWriter(logdir, flush_secs=flush_secs)
+        self._writer = RecordEventWriter(logdir, flush_secs=flush_secs, name_tag=name_tag)
         self._generation = self._writer.generation
         # SeriesInfo -> encoded Summary.Value prefix, once its metadata is out.
         self._prefixes: dict[SeriesInfo, bytes] = {}

@@ -104,6 +104,7 @@ class RunReport:
     hints: list[hints_lib.Hint]
     warnings: list[str]
     traces: dict | None = None
+    task: dict | None = None  # the distributed job's task that wrote the run (analysis.jobs)
 
     def to_dict(self) -> dict:
         return {
@@ -120,6 +121,7 @@ class RunReport:
             "hints": [h.to_dict() for h in self.hints],
             "warnings": list(self.warnings),
             "traces": self.traces,
+            "task": self.task,
         }
 
 

@@ -61,9 +61,12 @@ class RunData:
       series: tag -> Series.
       warnings: human-readable problems met while reading (corrupt records,
         unreadable plugin data); the series read before them are kept.
+      task: the task of a distributed job that wrote the run (see
+        ``analysis.jobs.take_task``), or None.
     """
 
     name: str
     path: str | None
     series: dict[str, Series] = dataclasses.field(default_factory=dict)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    task: dict | None = None

@@ -30,8 +30,10 @@ import threading
 import time
 import weakref
 
+from tb_leak_plugin.capture import cluster as cluster_lib
 from tb_leak_plugin.capture import probes as probes_lib
 from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
+from tb_leak_plugin.metadata import task_series_info
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 
 logger = logging.getLogger("tb_leak_plugin")
@@ -164,6 +166,12 @@ class Monitor:
         objects: a full ``gc.collect()`` on the first and last census, every
         4th, and every one while the program makes cyclic garbage; the young
         generations in between (its cost is part of the census cost and budget).
+      run_name: the run under ``logdir`` to write to; may use ``{task_type}``,
+        ``{task_index}`` and ``{task}`` from ``TF_CONFIG``; ``"."`` is the
+        logdir itself. Default: the logdir itself, except in a
+        ``tf.distribute`` cluster of several tasks (``TF_CONFIG``), where each
+        task writes ``<logdir>/<type>-<index>``. A task of a cluster records
+        its identity in its run (``monitor.task``; see ``capture/cluster.py``).
     """
 
     def __init__(
@@ -184,6 +192,7 @@ class Monitor:
         census_collects_garbage: bool = True,
         on_leak=None,
         trace_leaks: bool = True,
+        run_name: str | None = None,
     ):
         if overhead_budget is not None and not 0 < overhead_budget <= 1:
             raise ValueError(f"overhead_budget must be in (0, 1] or None, got {overhead_budget!r}")
@@ -191,17 +200,24 @@ class Monitor:
             raise ValueError(f"overhead_allowance_s must be seconds >= 0, got {overhead_allowance_s!r}")
         if every_n_steps < 1 or census_every_n_steps < 1:
             raise ValueError("every_n_steps and census_every_n_steps must be >= 1")
+        # A task of a tf.distribute job writes its own run (capture/cluster.py).
+        placement = cluster_lib.resolve_run_dir(logdir, run_name)
+        logdir = placement.run_dir
+        self.task = placement.identity
+        self._task_sample = [(task_series_info(self.task), float(self.task["task_index"]))] if self.task else []
         self.logdir = logdir
         self.overhead_budget = None if overhead_budget is None else float(overhead_budget)
         self.overhead_allowance_s = float(overhead_allowance_s)
         self.census_collects_garbage = bool(census_collects_garbage)
         self._logged: set[str] = set()
+        if placement.notice:
+            self._log_once(placement.notice)
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._stopped = False
         try:
             if logdir is not None:
-                self._writer = EventWriter(logdir, flush_secs=flush_secs)
+                self._writer = EventWriter(logdir, flush_secs=flush_secs, name_tag=placement.file_tag)
             else:
                 self._writer = TFSummaryWriter(writer)
         except OSError as error:
@@ -257,6 +273,7 @@ class Monitor:
 
             name = os.path.basename(os.path.normpath(logdir)) if logdir else "."
             self._watch = LeakWatch(name, on_leak=on_leak, log=self._log_once)
+        self._task_written = False
 
     # -- public API -------------------------------------------------------
 
@@ -463,6 +480,9 @@ class Monitor:
                 _HEAP_WALK.release()
         started = time.perf_counter()
         try:
+            if sample and self._task_sample and (self._finalizing or not self._task_written):
+                sample.extend(self._task_sample)  # the task's identity: first and last points
+                self._task_written = True
             if sample:
                 self._writer.write(step, sample, wall_time)
             record_writer = getattr(self._writer, "record_writer", None)

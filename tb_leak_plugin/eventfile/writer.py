@@ -43,6 +43,10 @@ MAX_PENDING_BYTES = 4 << 20
 _live_writers: "weakref.WeakSet[RecordEventWriter]" = weakref.WeakSet()
 
 
+def _safe_tag(tag: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in str(tag))[:64]
+
+
 def _after_fork_in_child() -> None:
     for writer in list(_live_writers):
         writer._forget_after_fork()
@@ -60,9 +64,13 @@ class RecordEventWriter:
     ``close()``. Thread-safe.
     """
 
-    def __init__(self, logdir: str, flush_secs: float = 30.0, filename_suffix: str = ".tbleak"):
+    def __init__(self, logdir: str, flush_secs: float = 30.0, filename_suffix: str = ".tbleak",
+                 name_tag: str = ""):
         self.logdir = logdir
-        self._suffix = filename_suffix
+        # A task of a distributed job ("worker-1") names its files: tasks that
+        # share a directory (same host name and pid in two containers) never
+        # open one file.
+        self._suffix = ("." + _safe_tag(name_tag) if name_tag else "") + filename_suffix
         self._flush_secs = float(flush_secs)
         self._lock = threading.Lock()
         self._pending: list[bytes] = []
@@ -83,9 +91,19 @@ class RecordEventWriter:
     def _open_file(self) -> None:
         logdir = self.logdir
         gfile.makedirs(logdir)
-        name = "events.out.tfevents.%010d.%s.%d.%06d%s" % (
-            time.time(), socket.gethostname(), os.getpid(), next(_counter), self._suffix)
-        self.path = logdir.rstrip("/") + "/" + name if "://" in logdir else os.path.join(logdir, name)
+        for _attempt in range(100):
+            name = "events.out.tfevents.%010d.%s.%d.%06d%s" % (
+                time.time(), socket.gethostname(), os.getpid(), next(_counter), self._suffix)
+            self.path = logdir.rstrip("/") + "/" + name if "://" in logdir else os.path.join(logdir, name)
+            if "://" in self.path:
+                break
+            try:  # never append to another writer's file
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"no free event file name in {logdir!r}")
         self._written = 0  # bytes of complete records in the file
         self._remote_copy: bytearray | None = None
         if "://" in self.path:
@@ -96,7 +114,6 @@ class RecordEventWriter:
             self._fd = None
         else:
             self._fs = None
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.generation += 1
         version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         record = _record(version.SerializeToString())

@@ -31,7 +31,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_leak_plugin import metadata
-from tb_leak_plugin.plugin import views
+from tb_leak_plugin.plugin import jobs_view, views
 from tb_leak_plugin.plugin.cache import REVALIDATE_SECS, ReportCache, RunEntry
 from tb_leak_plugin.plugin.views import SPARKLINE_POINTS
 
@@ -64,6 +64,7 @@ STATIC_FILES = {
     "views.js": "text/javascript",
     "chart.js": "text/javascript",
     "format.js": "text/javascript",
+    "jobs.js": "text/javascript",
     "style.css": "text/css",
 }
 
@@ -189,8 +190,10 @@ class LeakPlugin(base_plugin.TBPlugin):
                 logger.warning("tb-leak: analysing run %r failed: %r", run, error)
                 rows.append(views.failed_run_row(run, error))
                 continue
-            rows.append(views.run_row(run, entry.report))
-        return views.runs_listing(rows)
+            row = views.run_row(run, entry.report)
+            row["task"] = entry.report.get("task")
+            rows.append(row)
+        return jobs_view.with_jobs(views.runs_listing(rows))
 
     def report_impl(self, ctx, experiment: str, run: str) -> dict:
         """The run's full report (``RunReport.to_dict()``)."""

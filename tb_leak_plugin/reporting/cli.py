@@ -1,7 +1,8 @@
 """``tb-leak analyze LOGDIR``: leak verdicts for saved logdirs, for people and CI.
 
 Exit status: 0 on success; 1 with ``--fail-on-leak`` when a run leaks (and
-only then); 2 for bad usage or an unreadable logdir; 3 for an internal
+only then; stderr then says how many leaks, a distributed job's tasks
+counting as one); 2 for bad usage or an unreadable logdir; 3 for an internal
 error (a bug in tb-leak: the report is incomplete, nothing was judged).
 Never imports TensorFlow.
 
@@ -25,13 +26,15 @@ import sys
 import traceback
 
 from tb_leak_plugin import __version__
+from tb_leak_plugin.reporting import jobs_text
 from tb_leak_plugin.units import format_bytes, format_duration
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 EXIT_STATUS_HELP = """exit status:
   0  success (also when runs leak, unless --fail-on-leak)
-  1  --fail-on-leak and at least one run's verdict is leak (never for errors)
+  1  --fail-on-leak and at least one run's verdict is leak (never for errors);
+     stderr counts the leaks, a distributed job once however many tasks leak
   2  bad usage, or the logdir cannot be read
   3  internal error in tb-leak (please report it)"""
 
@@ -184,7 +187,9 @@ def format_text(report: dict) -> str:
         for warning in run["warnings"]:
             lines.append(f"   warning: {warning}")
         lines.append("")
-    for group in report.get("groups", []):
+    for job in report.get("jobs", []):
+        lines.extend(jobs_text.job_lines(job) + [""])
+    for group in jobs_text.groups_not_jobs(report):
         leaking = ", ".join(group["leaking"]) or "none"
         lines.append(f"group {group['parent']}: {len(group['runs'])} runs, leaking: {leaking}")
     if not report["runs"]:
@@ -228,6 +233,8 @@ def format_markdown(report: dict) -> str:
         for hint in run["hints"]:
             # Hints are tb-leak's own text, with intended `code` spans.
             lines.append(f"- *{hint['title']}*: {hint['text']} **Fix:** {hint['fix']}")
+    for job in report.get("jobs", []):
+        lines.extend(jobs_text.markdown_lines(job, _md_escape))
     return "\n".join(printable(line) for line in lines) + "\n"
 
 
@@ -310,6 +317,8 @@ def _main(argv: list[str] | None) -> int:
     else:
         _write_out(format_text(data))
     if args.fail_on_leak and report.any_leak:
+        count, phrases = report.leak_count()
+        print(f"tb-leak: {printable(jobs_text.fail_message(count, phrases))}", file=sys.stderr)
         return EXIT_LEAK
     return EXIT_OK
 

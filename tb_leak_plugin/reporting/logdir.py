@@ -14,6 +14,7 @@ import os
 import re
 
 from tb_leak_plugin.eventfile import reader as loading
+from tb_leak_plugin.analysis import jobs as jobs_lib
 from tb_leak_plugin.analysis.report import RunReport, build_run_report
 from tb_leak_plugin.analysis.results import VERDICT_ORDER
 from tb_leak_plugin.analysis.series import RunData
@@ -29,14 +30,21 @@ class LogdirReport:
     runs: list[RunReport]
     groups: list[dict]
     warnings: list[str]
+    jobs: list = dataclasses.field(default_factory=list)  # analysis.jobs.group_jobs
 
     def to_dict(self) -> dict:
         return {
             "logdir": self.logdir,
             "runs": [run.to_dict() for run in self.runs],
             "groups": self.groups,
+            "jobs": self.jobs,
             "warnings": list(self.warnings),
         }
+
+    def leak_count(self) -> tuple[int, list[str]]:
+        """Leaks as ``--fail-on-leak`` counts them: a job once, however many
+        of its tasks leak (see ``analysis.jobs.leak_count``)."""
+        return jobs_lib.leak_count([{"run": r.run, "verdict": r.verdict} for r in self.runs], self.jobs)
 
     @property
     def any_leak(self) -> bool:
@@ -61,7 +69,10 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
     Trace files are named relative to the run directory (``sessions[].path``
     is ``plugins/profile/<session>/<host>.xplane.pb``, and so are the paths in
     trace errors), so the report never carries the server's absolute paths
-    and the CLI and the Leak tab build the same report."""
+    and the CLI and the Leak tab build the same report. A distributed job's
+    task identity is taken out of the series into ``run.task``."""
+    if run.task is None:
+        run.task = jobs_lib.take_task(run)
     trace_report = None
     if with_traces:
         try:
@@ -74,7 +85,12 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
                 session.path = _relative_to(run.path, session.path)
                 if session.error:
                     session.error = _relative_to(run.path, session.error)
-    return build_run_report(run, trace_report)
+    shared = shared_run_warning(run.path)
+    if shared and shared not in run.warnings:
+        run.warnings.append(shared)
+    report = build_run_report(run, trace_report)
+    report.task = run.task
+    return report
 
 
 def _relative_to(run_dir: str | None, text: str) -> str:
@@ -89,12 +105,34 @@ def _relative_to(run_dir: str | None, text: str) -> str:
 
 def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
     try:
-        return report_for_run(loading.load_run(name, run_dir), with_traces, max_trace_bytes)
+        run = loading.load_run(name, run_dir)
+        return report_for_run(run, with_traces, max_trace_bytes)
     except Exception as error:  # one unreadable run must not sink the others
         logger.warning("tb-leak: run %r could not be analysed: %s", name, error)
         run = RunData(name=name, path=run_dir,
                       warnings=[f"{run_dir}: could not be analysed ({type(error).__name__}: {error})"])
         return build_run_report(run)
+
+
+_TASK_FILE = re.compile(r"\.([A-Za-z0-9_-]+-\d+)\.tbleak$")
+
+
+def shared_run_warning(run_dir: str | None) -> str | None:
+    """A warning when event files of several tasks of a job lie in one run
+    directory (every task given the same ``run_name``): their series are
+    read as one run. The tasks are told apart by the task in the file names."""
+    if run_dir is None:
+        return None
+    try:
+        names = [os.path.basename(path) for path in loading.event_files(run_dir)]
+    except Exception:
+        return None
+    tasks = sorted({match.group(1) for match in map(_TASK_FILE.search, names) if match})
+    if len(tasks) < 2:
+        return None
+    return (f"this run holds the event files of {len(tasks)} tasks of a job ({', '.join(tasks[:6])}"
+            f"{', ...' if len(tasks) > 6 else ''}): their series are read as one run; give each task its own "
+            "run (Monitor's default in a cluster, or run_name='{task}')")
 
 
 def default_jobs(run_count: int) -> int:
@@ -142,4 +180,9 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
         )
     elif not any(r.series for r in reports):
         warnings.append(f"event files under {logdir!r} hold no tb-leak series")
-    return LogdirReport(logdir=logdir, runs=reports, groups=groups, warnings=warnings)
+    job_rows = [{"run": r.run, "verdict": r.verdict, "task": r.task,
+                 "growth_bytes_per_step": r.growth_bytes_per_step, "primary_tag": r.primary_tag,
+                 "top_culprit": {"kind": r.culprits[0].kind, "name": r.culprits[0].name} if r.culprits else None}
+                for r in reports]
+    return LogdirReport(logdir=logdir, runs=reports, groups=groups, warnings=warnings,
+                        jobs=jobs_lib.group_jobs(job_rows))
