@@ -43,9 +43,12 @@ class LogdirReport:
         return any(run.verdict == "leak" for run in self.runs)
 
 
-def load_traces(run_dir: str | None, max_bytes: int | None = None):
-    """The run's profiler trace report, or None when it has no profile sessions."""
-    if run_dir is None:
+def load_traces(run_dir: str | None, max_bytes: int | None = None, has_profile: bool | None = None):
+    """The run's profiler trace report, or None when it has no profile sessions.
+
+    ``has_profile`` is what a listing of the logdir already said (False: skip
+    looking, which for a remote run saves requests)."""
+    if run_dir is None or has_profile is False:
         return None
     if "://" not in run_dir and not os.path.isdir(os.path.join(run_dir, "plugins", "profile")):
         return None  # no profiler output here: nothing to list
@@ -55,7 +58,8 @@ def load_traces(run_dir: str | None, max_bytes: int | None = None):
     return report if report.sessions else None
 
 
-def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int | None = None) -> RunReport:
+def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int | None = None,
+                   has_profile: bool | None = None) -> RunReport:
     """Build the report for one run read from disk (traces from its directory).
 
     Trace files are named relative to the run directory (``sessions[].path``
@@ -65,7 +69,7 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
     trace_report = None
     if with_traces:
         try:
-            trace_report = load_traces(run.path, max_trace_bytes)
+            trace_report = load_traces(run.path, max_trace_bytes, has_profile)
         except Exception as error:  # a bad trace must not hide the series verdict
             run.warnings.append(f"profiler traces of {run.name!r} unreadable: "
                                 f"{_relative_to(run.path, str(error))}")
@@ -87,9 +91,13 @@ def _relative_to(run_dir: str | None, text: str) -> str:
     return re.sub(r"(?<![^\s'\"(\[])" + re.escape(root) + "[" + re.escape(separators) + "]", "", text)
 
 
-def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
+def _analyze_run(name: str, location, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
+    if isinstance(location, str):
+        location = loading.RunLocation(location)
+    run_dir = location.path
     try:
-        return report_for_run(loading.load_run(name, run_dir), with_traces, max_trace_bytes)
+        return report_for_run(loading.load_run(name, run_dir, location.files), with_traces, max_trace_bytes,
+                              location.has_profile)
     except Exception as error:  # one unreadable run must not sink the others
         logger.warning("tb-leak: run %r could not be analysed: %s", name, error)
         run = RunData(name=name, path=run_dir,
@@ -116,10 +124,10 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
     """
     pattern = re.compile(run_filter) if run_filter else None
     walk_warnings: list[str] = []
-    runs = {name: path for name, path in loading.discover_runs(logdir, walk_warnings).items()
+    runs = {name: location for name, location in loading.locate_runs(logdir, walk_warnings).items()
             if pattern is None or pattern.search(name)}
     jobs = default_jobs(len(runs)) if jobs is None else max(1, int(jobs))
-    arguments = [(name, path, with_traces, max_trace_bytes) for name, path in runs.items()]
+    arguments = [(name, location, with_traces, max_trace_bytes) for name, location in runs.items()]
     if jobs > 1:
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
