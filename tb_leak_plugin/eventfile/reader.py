@@ -293,7 +293,8 @@ def iter_record_chunks(path: str, warnings: list[str]):
 
     ``buffer[offsets[i]:offsets[i] + lengths[i]]`` is record ``i``'s payload.
     Problems are appended to ``warnings``; reading then stops for that file.
-    A truncated tail is not a problem (the writer may still be busy).
+    A truncated tail of a local file is not a problem (the writer may still
+    be busy); of a remote object it is (objects are put whole), and is named.
     """
     try:
         handle = _open_event_file(path)
@@ -342,6 +343,11 @@ def iter_record_chunks(path: str, warnings: list[str]):
                 pos = end
             if offsets:
                 yield buffer, offsets, lengths
+            if eof and not stop and size > pos and is_remote(path):
+                # Objects are put whole, so no writer is half-way through one:
+                # a record cut short there is damage, not a write in progress.
+                warnings.append(f"{path}: ends inside a record at byte {base + pos} ({size - pos} bytes "
+                                "of it); kept the records before it")
             if stop or eof:
                 return  # clean end, or a record cut short by a live writer
             need = 0

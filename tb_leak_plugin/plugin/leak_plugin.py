@@ -133,13 +133,17 @@ class LeakPlugin(base_plugin.TBPlugin):
 
         self._provider = context.data_provider
         logdir = getattr(context, "logdir", None) or ""
-        logdir_root = None
+        logdir_root = remote_logdir = None
         if logdir and "://" not in logdir:
             logdir_root = os.path.realpath(os.path.expanduser(logdir))
+        elif logdir:
+            from tb_leak_plugin.eventfile import remote
+
+            remote_logdir = remote.normalize(logdir)
         self._frontend_dir = frontend_dir or frontend_directory()
         self._cache = ReportCache(
             self._provider, logdir_root, report_builder or report_for_run, RunData, Series,
-            revalidate_secs=revalidate_secs, clock=clock,
+            revalidate_secs=revalidate_secs, clock=clock, remote_logdir=remote_logdir,
         )
 
     # -- TBPlugin ---------------------------------------------------------
