@@ -127,14 +127,20 @@ def test_monitor_writes_whole_segments_in_order(s3, logs):
             assert b"brain.Event:2" in records[0]
 
 
+@pytest.fixture(scope="module")
+def cli_report(s3, logs):
+    """``tb-leak analyze s3://tb-leak-test/logs --format json``, read once."""
+    done = _cli(s3, LOGS, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def _verdicts(report):
     return {run["run"]: run["verdict"] for run in report["runs"]}
 
 
-def test_cli_reads_verdicts_from_s3_like_from_disk(s3, logs, tmp_path):
-    done = _cli(s3, LOGS, "--format", "json")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+def test_cli_reads_verdicts_from_s3_like_from_disk(s3, cli_report, tmp_path):
+    report = cli_report
     verdicts = _verdicts(report)
     assert verdicts["plain/leaky"] == "leak", report
     assert verdicts["plain/clean"] != "leak", report
@@ -173,7 +179,7 @@ TENSORBOARD_COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(TENSORBOARD_COMMANDS))
-def test_tensorboard_serves_the_leak_tab_from_s3(s3, logs, command):
+def test_tensorboard_serves_the_leak_tab_from_s3(s3, cli_report, command):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # Only boto3's variable this time: the endpoint reaches TensorBoard's S3 client through boto3.
@@ -185,8 +191,7 @@ def test_tensorboard_serves_the_leak_tab_from_s3(s3, logs, command):
              "--reload_interval", "2"], stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             runs = _wait_for_runs(url, process, log, count=3)
-            expected = _verdicts(json.loads(_cli(s3, LOGS, "--format", "json").stdout))
-            assert {row["run"]: row["verdict"] for row in runs} == expected
+            assert {row["run"]: row["verdict"] for row in runs} == _verdicts(cli_report)
             run = urllib.parse.quote("plain/leaky")
             report = _get(url, f"/data/plugin/leak/report?run={run}")
             assert report["verdict"] == "leak" and report["samples"] > 50
@@ -244,7 +249,7 @@ def test_missing_bucket_prefix_and_unreachable_endpoint_are_one_line_errors(s3):
     assert time.time() - started < 60
 
 
-def test_truncated_remote_event_file_is_reported_and_nothing_else_lost(s3, logs):
+def test_truncated_remote_event_file_is_reported_and_nothing_else_lost(s3, cli_report):
     client = s3.client()
     for run, copy in (("plain/leaky", "damaged/cut"), ("plain/clean", "damaged/intact")):
         keys = [k for k in s3.keys(BUCKET, f"logs/{run}/") if "tfevents" in k]
@@ -257,8 +262,7 @@ def test_truncated_remote_event_file_is_reported_and_nothing_else_lost(s3, logs)
     runs = {run["run"]: run for run in report["runs"]}
     cut, intact = runs["cut"], runs["intact"]
     assert any(cut_name in w and "ends inside a record" in w for w in cut["warnings"]), cut["warnings"]
-    original = json.loads(_cli(s3, LOGS, "--format", "json", "--run", "plain/").stdout)
-    original = {run["run"]: run for run in original["runs"]}
+    original = {run["run"]: run for run in cli_report["runs"]}
     # One record lost from the cut run, and only that: later segments are still read.
     assert original["plain/leaky"]["samples"] - 1 <= cut["samples"] <= original["plain/leaky"]["samples"]
     assert cut["verdict"] == "leak"
@@ -309,3 +313,36 @@ def test_store_down_never_hurts_the_loop_and_backlog_uploads_when_it_returns(mon
         (run,) = report.runs
         assert run.run == "run" and run.samples > 20
     assert any("samples were dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_segments_read_back_whole_through_fsspec_and_failed_puts_lose_nothing():
+    """Without a server: fsspec's in-memory filesystem (``memory://``, reached
+    through TensorBoard's gfile like gcsfs or s3fs would be) holds the segments."""
+    from tb_leak_plugin.eventfile import reader
+    from tb_leak_plugin.metadata import SeriesInfo
+    from tb_leak_plugin.summary import EventWriter
+
+    info = SeriesInfo("process", "rss_bytes", "bytes")
+    writer = EventWriter("memory://tbleak/logs/run", flush_secs=1e9)
+    segments = writer.record_writer
+    segments._segment_bytes = 2048
+    put = segments._fs.write
+    for step in range(300):
+        writer.write(step, [(info, 1e6 + step)], wall_time=1.7e9 + step)
+        if step == 150:
+            def refuse(*args, **kwargs):
+                raise OSError("store unavailable")
+            segments._fs.write = refuse
+            with pytest.raises(OSError, match="store unavailable"):
+                writer.flush()
+            assert segments._pending and segments.failed_flushes == 1
+            segments._fs.write = put
+        if step % 10 == 9:
+            writer.flush()
+    writer.close()
+    assert segments.segments >= 5 and not segments._pending and segments.dropped_records == 0
+    data = reader.load_logdir("memory://tbleak/logs")
+    (run,) = data.runs
+    series = run.series[info.tag]
+    assert run.name == "run" and not run.warnings
+    assert series.steps.tolist() == list(range(300)) and series.values[-1] == 1e6 + 299

@@ -267,7 +267,7 @@ class SegmentedEventWriter:
         self._closed = False  # no more records accepted
         self._stop = False  # the uploader should finish
         self._flush_wanted = False
-        self._attempts = 0  # uploads tried so far (successful or not)
+        self._failures = 0  # puts that failed so far
         self._thread: threading.Thread | None = None
         self._base = remote.join(self.logdir, _base_name())
         self._segment = 0
@@ -324,11 +324,11 @@ class SegmentedEventWriter:
             if not self._pending or self._stop:
                 return
             self._ensure_thread()
-            target = self._attempts + 1
+            failures = self._failures
             self._flush_wanted = True
             self._wake.notify()
             deadline = time.monotonic() + self._flush_timeout_s
-            while self._pending and self._attempts < target and not self._stop:
+            while self._pending and self._failures == failures and not self._stop:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -342,6 +342,7 @@ class SegmentedEventWriter:
                 return
             self._closed = True
             self._stop = True
+            self._retry_at = 0.0  # one more try now, whatever the back-off said
             self._wake.notify_all()
             thread = self._thread
         if thread is None and self._pending:
@@ -383,7 +384,6 @@ class SegmentedEventWriter:
                     if self._stop:
                         wake_at = min(wake_at, close_deadline)
                     self._wake.wait(max(0.01, wake_at - now))
-                self._flush_wanted = False
                 batch, size = self._take_batch()
                 index, prefix = self._target(size)
             body = prefix + b"".join(batch)
@@ -395,7 +395,6 @@ class SegmentedEventWriter:
                 error = exc
             spent = time.perf_counter() - started
             with self._lock:
-                self._attempts += 1
                 self._last_upload = time.monotonic()
                 if error is None:
                     self.uploads += 1
@@ -406,7 +405,11 @@ class SegmentedEventWriter:
                     self._pending_bytes = max(0, self._pending_bytes - size)
                     self.failed_flushes = 0
                     self._retry_at = 0.0
+                    if not self._pending:
+                        self._flush_wanted = False
                 else:
+                    self._failures += 1
+                    self._flush_wanted = False  # a flush() waiting for this put sees it fail
                     self.failed_flushes += 1
                     first = self.last_error is None
                     self.last_error = remote.describe_error(error)
@@ -414,8 +417,8 @@ class SegmentedEventWriter:
                     self._retry_at = time.monotonic() + (0.5 if self._stop else backoff)
                     if first:
                         logger.warning("tb-leak: uploading summaries to %s failed (%s); retrying in the "
-                                       "background, keeping at most %d MiB meanwhile",
-                                       self.logdir, self.last_error, MAX_PENDING_BYTES >> 20)
+                                       "background, keeping at most %d KiB of them meanwhile",
+                                       self.logdir, self.last_error, MAX_PENDING_BYTES >> 10)
                 self._wake.notify_all()
 
     def _take_batch(self) -> tuple[list[bytes], int]:
