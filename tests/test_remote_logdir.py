@@ -29,6 +29,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from s3_server import S3Server, free_port  # noqa: E402
+from xspace_builder import leaky_trace_bytes  # noqa: E402
 
 pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
@@ -90,7 +91,10 @@ def s3():
 
 @pytest.fixture(scope="module")
 def logs(s3):
-    """Three runs under s3://tb-leak-test/logs: plain/leaky, plain/clean, tf/leaky."""
+    """Three runs under s3://tb-leak-test/logs: plain/leaky, plain/clean, tf/leaky.
+
+    plain/leaky also has profiler traces on the store: a session whose trace
+    keeps ``leaky/MatMul``'s outputs, and one whose trace is cut short."""
     from tb_leak_plugin.eventfile import writer as writer_lib
 
     with pytest.MonkeyPatch.context() as patch:
@@ -102,6 +106,11 @@ def logs(s3):
     done = subprocess.run([sys.executable, "-c", TF_LOOP, f"{LOGS}/tf/leaky"], env=_env(s3),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    trace = leaky_trace_bytes()
+    profile = "logs/plain/leaky/plugins/profile"
+    s3.client().put_object(Bucket=BUCKET, Key=f"{profile}/2026_01_01_00_00_00/host_a.xplane.pb", Body=trace)
+    s3.client().put_object(Bucket=BUCKET, Key=f"{profile}/2026_01_02_00_00_00/host_a.xplane.pb",
+                           Body=trace[:len(trace) // 2])
     return writers
 
 
@@ -147,6 +156,13 @@ def test_cli_reads_verdicts_from_s3_like_from_disk(s3, cli_report, tmp_path):
     assert verdicts["tf/leaky"] == "leak", report
     leaky = next(r for r in report["runs"] if r["run"] == "plain/leaky")
     assert not leaky["warnings"] and leaky["samples"] > 50
+    # Its traces, read from the store: one analysed, the cut one named (relative to the run).
+    good, cut = leaky["traces"]["sessions"]
+    assert good["error"] is None and good["path"] == "plugins/profile/2026_01_01_00_00_00/host_a.xplane.pb"
+    assert [op["op"] for op in good["suspicious"]] == ["leaky/MatMul"]
+    assert "truncated" in cut["error"] and "plugins/profile/2026_01_02_00_00_00/host_a.xplane.pb" in cut["error"]
+    assert "s3://" not in json.dumps(leaky["traces"])
+    assert any(c["kind"] == "op" and c["name"] == "leaky/MatMul" for c in leaky["culprits"])
 
     # The bucket's root (which TensorBoard's own S3 paths cannot name), with worker processes.
     done = _cli(s3, f"s3://{BUCKET}", "--format", "json", "--jobs", "2")
@@ -197,6 +213,9 @@ def test_tensorboard_serves_the_leak_tab_from_s3(s3, cli_report, command):
             assert report["verdict"] == "leak" and report["samples"] > 50
             timeline = _get(url, f"/data/plugin/leak/timeline?run={run}&tag={urllib.parse.quote(report['primary_tag'])}")
             assert timeline["verdict"] == "leak" and len(timeline["points"]["x"]) > 50
+            ops = _get(url, f"/data/plugin/leak/ops?run={run}")
+            assert ops["has_traces"] and [op["op"] for op in ops["ops"]] == ["leaky/MatMul"]
+            assert [s["error"] is None for s in ops["sessions"]] == [True, False]
         finally:
             process.terminate()
             try:
