@@ -109,8 +109,8 @@ def default_jobs(run_count: int, remote: bool = False) -> int:
     """Worker processes worth using for ``run_count`` runs (1 = in process).
 
     A remote logdir gets more workers than cores: each waits on requests
-    (1,000 runs on a local S3 server, 2 cores: 142 s with 1 worker, 58 s with
-    4, 49 s with 16; benchmarks/bench_remote.py)."""
+    (1,000 runs on a local S3 server, 2 busy cores, best of 3: 89 s with 1
+    worker, 58 s with 4, 49 s with 16; benchmarks/bench_remote.py)."""
     if run_count < 8 or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     cores = os.cpu_count() or 1
