@@ -372,3 +372,13 @@ def test_segments_read_back_whole_through_fsspec_and_failed_puts_lose_nothing():
     series = run.series[info.tag]
     assert run.name == "run" and not run.warnings
     assert series.steps.tolist() == list(range(300)) and series.values[-1] == 1e6 + 299
+
+
+def test_remote_path_helpers_keep_roots_and_absolute_paths():
+    from tb_leak_plugin.eventfile import remote
+
+    assert remote.normalize("s3://bucket/") == "s3://bucket"
+    assert remote.join("s3://bucket", "logs/", "run") == "s3://bucket/logs/run"
+    assert remote.bucket_and_key("s3://bucket/a/b/") == ("bucket", "a/b")
+    assert remote.normalize("file:///tmp/logs/") == "file:///tmp/logs"  # still absolute
+    assert remote.join("file:///", "tmp") == "file:///tmp"

@@ -39,7 +39,10 @@ def scheme(path: str) -> str:
 def normalize(path: str) -> str:
     """A remote directory path without trailing slashes (``s3://bucket/a/b``)."""
     head, _, rest = path.partition("://")
-    return f"{head}://{rest.strip('/')}" if rest.strip("/") else f"{head}://"
+    trimmed = rest.rstrip("/")
+    if not trimmed and rest.startswith("/"):
+        trimmed = "/"  # file:/// is the root, not nothing
+    return f"{head}://{trimmed}"
 
 
 def join(*parts: str) -> str:
@@ -47,21 +50,12 @@ def join(*parts: str) -> str:
     for part in parts[1:]:
         part = part.strip("/")
         if part:
-            out = out + part if out.endswith("://") else out + "/" + part
+            out = out + part if out.endswith("/") else out + "/" + part
     return out
 
 
-def parent(path: str) -> str:
-    path = normalize(path)
-    head, _, rest = path.partition("://")
-    return f"{head}://{rest.rsplit('/', 1)[0]}" if "/" in rest else f"{head}://{rest}"
-
-
-def basename(path: str) -> str:
-    return normalize(path).rsplit("/", 1)[-1]
-
-
-def _is_stub_s3(path: str) -> bool:
+def is_stub_s3(path: str) -> bool:
+    """Whether ``path`` is served by TensorBoard's own (boto3) S3 filesystem."""
     if scheme(path) != "s3":
         return False
     try:
@@ -88,7 +82,7 @@ def list_tree(logdir: str) -> dict[str, list[str]]:
     FileNotFoundError when nothing is stored under it.
     """
     logdir = normalize(logdir)
-    if _is_stub_s3(logdir):
+    if is_stub_s3(logdir):
         return _list_tree_s3(logdir)
     return _list_tree_walk(logdir)
 

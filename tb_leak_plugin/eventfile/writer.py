@@ -288,6 +288,9 @@ class SegmentedEventWriter:
             self._fs = gfile.get_filesystem(self.path)
         except Exception as error:
             raise OSError(remote.describe_error(error)) from None
+        # Object stores need no directories (TensorBoard's S3 stub would put a
+        # marker object for each); other filesystems (fsspec's) may.
+        self._make_dirs = not remote.is_stub_s3(self.logdir)
         _live_writers.add(self)
 
     @property
@@ -390,6 +393,9 @@ class SegmentedEventWriter:
             started = time.perf_counter()
             error = None
             try:
+                if self._make_dirs:
+                    gfile.makedirs(self.logdir)
+                    self._make_dirs = False
                 self._fs.write(self._segment_path(index), body, binary_mode=True)
             except Exception as exc:  # the store is down, the bucket gone, ...: retry later
                 error = exc
