@@ -52,7 +52,12 @@ setup(
             "pytest>=7",
             "playwright>=1.40",
             "werkzeug>=2",
+            # A real S3-compatible server for the remote-logdir tests.
+            "boto3>=1.26",
+            "moto[server]>=5",
         ],
+        # s3:// logdirs (TensorBoard's gfile reaches S3 through boto3).
+        "s3": ["boto3>=1.26"],
         "bench": ["xprof"],
     },
     entry_points={

@@ -53,10 +53,10 @@ class EventWriter:
     """Writes samples into event files under ``logdir`` without TensorFlow."""
 
     def __init__(self, logdir: str, flush_secs: float = 30.0, name_tag: str = ""):
-        from tb_leak_plugin.eventfile.writer import RecordEventWriter
+        from tb_leak_plugin.eventfile.writer import open_event_writer
 
         self.logdir = logdir
-        self._writer = RecordEventWriter(logdir, flush_secs=flush_secs, name_tag=name_tag)
+        self._writer = open_event_writer(logdir, flush_secs=flush_secs, name_tag=name_tag)
         self._generation = self._writer.generation
         # SeriesInfo -> encoded Summary.Value prefix, once its metadata is out.
         self._prefixes: dict[SeriesInfo, bytes] = {}

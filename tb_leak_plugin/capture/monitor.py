@@ -486,7 +486,8 @@ class Monitor:
             if sample:
                 self._writer.write(step, sample, wall_time)
             record_writer = getattr(self._writer, "record_writer", None)
-            if record_writer is not None and record_writer.failed_flushes:
+            if (record_writer is not None and record_writer.failed_flushes
+                    and not getattr(record_writer, "retries_in_background", False)):
                 raise OSError(f"{record_writer.failed_flushes} flushes of the event file failed in a row")
             self._write_failures = 0
         except Exception as error:

@@ -1,9 +1,12 @@
 """Read tb-leak series back out of a logdir, without TensorFlow.
 
 Files are opened through TensorBoard's own I/O layer (its ``gfile``, which
-also speaks ``s3://`` and ``gs://`` when their client libraries are
-installed), records are framed here with CRC checks, and each record is
-decoded with TensorBoard's ``Event`` protobuf. Every point is kept.
+also speaks ``s3://`` through boto3 and other schemes through fsspec; see
+:mod:`tb_leak_plugin.eventfile.remote`), records are framed here with CRC
+checks, and each record is decoded with TensorBoard's ``Event`` protobuf.
+Every point is kept. A remote logdir is listed once, whole (for S3 in one
+paginated listing), and each remote event file is read with one request
+when it fits in a read chunk.
 
 A half-written last record (a job still writing) ends a file quietly; a
 corrupt record ends that file with a warning naming file and offset, and
@@ -33,7 +36,7 @@ from tensorboard.compat.proto import event_pb2, types_pb2
 from tensorboard.compat.tensorflow_stub.io import gfile
 
 from tb_leak_plugin import metadata
-from tb_leak_plugin.eventfile import fast_decode as fast_events
+from tb_leak_plugin.eventfile import fast_decode as fast_events, remote as remote_io
 from tb_leak_plugin.eventfile.records import FOOTER as _FOOTER, HAVE_FAST_CRC, HEADER as _HEADER, masked_crc
 from tb_leak_plugin.analysis.series import RunData, Series
 
@@ -57,12 +60,23 @@ class LogdirData:
     warnings: list[str] = dataclasses.field(default_factory=list)
 
 
-def is_remote(path: str) -> bool:
-    return "://" in path
+is_remote = remote_io.is_remote
 
 
 def _join(*parts: str) -> str:
-    return "/".join(p.rstrip("/") for p in parts) if is_remote(parts[0]) else os.path.join(*parts)
+    return remote_io.join(*parts) if is_remote(parts[0]) else os.path.join(*parts)
+
+
+@dataclasses.dataclass
+class RunLocation:
+    """Where a run is: its directory and, for a remote logdir, what the
+    listing already found in it (so nothing is listed twice)."""
+
+    path: str
+    #: Event file paths in name order, or None to list the directory.
+    files: list[str] | None = None
+    #: For a remote run: whether anything lies under ``plugins/profile``.
+    has_profile: bool | None = None
 
 
 def discover_runs(logdir: str, warnings: list[str] | None = None) -> dict[str, str]:
@@ -73,6 +87,43 @@ def discover_runs(logdir: str, warnings: list[str] | None = None) -> dict[str, s
     and named in ``warnings`` (when given). Raises LogdirError when
     ``logdir`` itself is not a readable directory.
     """
+    return {name: location.path for name, location in locate_runs(logdir, warnings).items()}
+
+
+def locate_runs(logdir: str, warnings: list[str] | None = None) -> dict[str, RunLocation]:
+    """Like :func:`discover_runs`, with what a remote listing found per run."""
+    if is_remote(logdir):
+        return _locate_remote_runs(logdir)
+    return {name: RunLocation(path) for name, path in _discover_local_runs(logdir, warnings).items()}
+
+
+def _locate_remote_runs(logdir: str) -> dict[str, RunLocation]:
+    try:
+        tree = remote_io.list_tree(logdir)
+    except FileNotFoundError:
+        raise LogdirError(f"logdir {logdir!r} does not exist (nothing is stored under it)") from None
+    except Exception as error:
+        raise LogdirError(f"cannot read logdir {logdir!r}: {remote_io.describe_error(error)}") from None
+    root = remote_io.normalize(logdir)
+    profiled = set()
+    marker = "/" + "/".join(_PROFILE_DIR) + "/"
+    for directory in tree:
+        position = (directory + "/").find(marker)
+        if position >= 0:
+            profiled.add(directory[:position])
+    runs = {}
+    for directory, names in tree.items():
+        events = [name for name in names if EVENT_FILE_PATTERN.search(name)]
+        if events:
+            runs[_relative(root, directory)] = RunLocation(
+                directory, [_join(directory, name) for name in sorted(events)], directory in profiled)
+    return dict(sorted(runs.items()))
+
+
+_PROFILE_DIR = ("plugins", "profile")
+
+
+def _discover_local_runs(logdir: str, warnings: list[str] | None = None) -> dict[str, str]:
     try:
         exists = gfile.exists(logdir)
         is_dir = exists and gfile.isdir(logdir)
@@ -172,7 +223,7 @@ def _list_remote(directory: str) -> tuple[list[str], list[str]]:
 
 def _relative(logdir: str, directory: str) -> str:
     if is_remote(logdir):
-        rel = directory[len(logdir.rstrip("/")) :].strip("/")
+        rel = remote_io.normalize(directory)[len(remote_io.normalize(logdir)):].strip("/")
     else:
         rel = os.path.relpath(directory, logdir)
         rel = "." if rel == os.curdir else rel.replace(os.sep, "/")
@@ -187,6 +238,8 @@ def event_files(run_dir: str, warnings: list[str] | None = None) -> list[str]:
     skipped and named in ``warnings`` (when given).
     """
     remote = is_remote(run_dir)
+    if remote:
+        run_dir = remote_io.normalize(run_dir)
     # os.listdir locally: gfile cannot name files that are not UTF-8.
     listed = gfile.listdir(run_dir) if remote else os.listdir(run_dir)
     names = sorted(n for n in listed if EVENT_FILE_PATTERN.search(n))
@@ -240,7 +293,8 @@ def iter_record_chunks(path: str, warnings: list[str]):
 
     ``buffer[offsets[i]:offsets[i] + lengths[i]]`` is record ``i``'s payload.
     Problems are appended to ``warnings``; reading then stops for that file.
-    A truncated tail is not a problem (the writer may still be busy).
+    A truncated tail of a local file is not a problem (the writer may still
+    be busy); of a remote object it is (objects are put whole), and is named.
     """
     try:
         handle = _open_event_file(path)
@@ -289,6 +343,11 @@ def iter_record_chunks(path: str, warnings: list[str]):
                 pos = end
             if offsets:
                 yield buffer, offsets, lengths
+            if eof and not stop and size > pos and is_remote(path):
+                # Objects are put whole, so no writer is half-way through one:
+                # a record cut short there is damage, not a write in progress.
+                warnings.append(f"{path}: ends inside a record at byte {base + pos} ({size - pos} bytes "
+                                "of it); kept the records before it")
             if stop or eof:
                 return  # clean end, or a record cut short by a live writer
             need = 0
@@ -307,13 +366,17 @@ def iter_records(path: str, warnings: list[str]):
 
 
 def _refill(handle, buffer, base, pos, path, warnings, need=0):
+    want = max(READ_CHUNK_BYTES, need)
     try:
-        chunk = handle.read(max(READ_CHUNK_BYTES, need))
+        chunk = handle.read(want)
     except Exception as error:
-        warnings.append(f"{path}: read failed at byte {base + len(buffer)}: {error}")
+        reason = remote_io.describe_error(error) if is_remote(path) else error
+        warnings.append(f"{path}: read failed at byte {base + len(buffer)}: {reason}")
         return None, base, pos, True
     rest = buffer[pos:]
-    return rest + chunk, base + pos, 0, not chunk
+    # A short read is the end of the file (as it is now): asking again would
+    # cost a remote store one more request for nothing.
+    return rest + chunk, base + pos, 0, len(chunk) < want
 
 
 _DTYPES = {
@@ -406,17 +469,20 @@ def not_orphaned(steps: np.ndarray, file_index: np.ndarray) -> np.ndarray:
     return steps < later[group]
 
 
-def load_run(name: str, run_dir: str) -> RunData:
-    """Read every tb-leak series of one run directory (all event files)."""
+def load_run(name: str, run_dir: str, files: list[str] | None = None) -> RunData:
+    """Read every tb-leak series of one run directory (all event files, or
+    ``files`` when a listing already found them)."""
     run = RunData(name=name, path=run_dir)
     columns: dict[str, _Column] = {}
     rejected: set[str] = set()
     parse = event_pb2.Event.FromString
-    try:
-        files = event_files(run_dir, run.warnings)
-    except Exception as error:
-        run.warnings.append(f"{run_dir}: cannot list event files: {error}")
-        files = []
+    if files is None:
+        try:
+            files = event_files(run_dir, run.warnings)
+        except Exception as error:
+            reason = remote_io.describe_error(error) if is_remote(run_dir) else error
+            run.warnings.append(f"{run_dir}: cannot list event files: {reason}")
+            files = []
     seq_base = 0
     file_starts = []
     for path in files:
@@ -497,10 +563,10 @@ def load_logdir(logdir: str, run_filter: str | None = None) -> LogdirData:
     pattern = re.compile(run_filter) if run_filter else None
     runs = []
     warnings: list[str] = []
-    for name, run_dir in discover_runs(logdir, warnings).items():
+    for name, location in locate_runs(logdir, warnings).items():
         if pattern is not None and not pattern.search(name):
             continue
-        runs.append(load_run(name, run_dir))
+        runs.append(load_run(name, location.path, location.files))
     return LogdirData(logdir=logdir, runs=runs, warnings=warnings)
 
 

@@ -3,27 +3,38 @@
 TensorBoard's own ``EventFileWriter`` goes through ``tensorboard.compat.tf``,
 which imports TensorFlow whenever it is installed: seconds of start-up and
 hundreds of MiB in a PyTorch or plain Python job. This writer frames TFRecords
-itself (length, masked CRC-32C, payload, masked CRC-32C). Local files are
-appended to; remote paths go through TensorBoard's TensorFlow-free ``gfile``
-stub, appending where its filesystem can and otherwise rewriting the whole
-(small) file at each flush (its S3 filesystem has no append).
+itself (length, masked CRC-32C, payload, masked CRC-32C).
 
-A failed write keeps the pending records for the next flush, and a local
-file is cut back to its last complete record, so a full disk never leaves a
-torn record behind; whatever fits is written, record by record. The backlog
-is bounded (``MAX_PENDING_BYTES``): past it new records are dropped and
-counted (``dropped_records``), so a full disk cannot grow the process.
+Local files (:class:`RecordEventWriter`) are appended to. A failed write
+keeps the pending records for the next flush, and the file is cut back to its
+last complete record, so a full disk never leaves a torn record behind;
+whatever fits is written, record by record. The backlog is bounded
+(``MAX_PENDING_BYTES``): past it new records are dropped and counted
+(``dropped_records``), so a full disk cannot grow the process.
 
 A local file that is deleted while the job runs (the logdir removed) is
 noticed at the next flush: a new file is started in the recreated directory
 (``generation`` counts them, so the summary writer re-sends tag metadata).
 After ``os.fork()`` the child's copies of every writer are closed without
 writing, so the parent's pending records are never written twice.
+
+Remote logdirs (``s3://``, ``gs://``, ...: :class:`SegmentedEventWriter`)
+go through TensorBoard's TensorFlow-free ``gfile``. Object stores cannot
+append, so the event file is written as *segments*: each flush rewrites the
+current segment object whole while it is under ``SEGMENT_BYTES`` (a put of at
+most 256 KiB), then starts the next one (``...s000001.tbleak``, named to sort
+after the last). Readers see a segment grow by whole records, as a local file
+grows, and read a run's event files in name order, so TensorBoard and the CLI
+read the segments as one file. Uploads run in a background thread: the
+training loop never waits for the network; while the store is unreachable
+the records wait (bounded by ``MAX_PENDING_BYTES``) and uploads are retried
+with a back-off; the first failure is logged once.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import socket
 import threading
@@ -33,12 +44,21 @@ import weakref
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.io import gfile
 
+from tb_leak_plugin.eventfile import remote
 from tb_leak_plugin.eventfile.records import frame as _record
+
+logger = logging.getLogger("tb_leak_plugin")
 
 _counter = itertools.count()
 
 # Pending bytes kept while writes fail (about 1,500 samples of ~60 series).
 MAX_PENDING_BYTES = 4 << 20
+# A remote segment is rewritten whole at each flush until it holds this much.
+SEGMENT_BYTES = 256 << 10
+# How long close() keeps retrying the last remote upload.
+CLOSE_TIMEOUT_S = 20.0
+# Longest wait between retries of a failing remote upload.
+MAX_RETRY_S = 60.0
 
 _live_writers: "weakref.WeakSet[RecordEventWriter]" = weakref.WeakSet()
 
@@ -56,8 +76,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def open_event_writer(logdir: str, flush_secs: float = 30.0, filename_suffix: str = ".tbleak", name_tag: str = ""):
+    """The writer for ``logdir``: segmented objects for a remote logdir, an appended file otherwise.
+    ``name_tag`` (a task of a distributed job, ``worker-1``) goes into the file names."""
+    if name_tag:
+        filename_suffix = "." + _safe_tag(name_tag) + filename_suffix
+    if remote.is_remote(logdir):
+        return SegmentedEventWriter(logdir, flush_secs=flush_secs, filename_suffix=filename_suffix)
+    return RecordEventWriter(logdir, flush_secs=flush_secs, filename_suffix=filename_suffix)
+
+
+def _base_name() -> str:
+    return "events.out.tfevents.%010d.%s.%d.%06d" % (time.time(), socket.gethostname(), os.getpid(), next(_counter))
+
+
+def _version_record() -> bytes:
+    return _record(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+
+
 class RecordEventWriter:
-    """Appends ``Event`` protos to a new event file under ``logdir``.
+    """Appends ``Event`` protos to a new event file under the local directory ``logdir``.
 
     Writes are buffered in memory and flushed when ``flush_secs`` have passed
     since the last flush (checked on each write), on ``flush()`` and on
@@ -92,11 +130,7 @@ class RecordEventWriter:
         logdir = self.logdir
         gfile.makedirs(logdir)
         for _attempt in range(100):
-            name = "events.out.tfevents.%010d.%s.%d.%06d%s" % (
-                time.time(), socket.gethostname(), os.getpid(), next(_counter), self._suffix)
-            self.path = logdir.rstrip("/") + "/" + name if "://" in logdir else os.path.join(logdir, name)
-            if "://" in self.path:
-                break
+            self.path = os.path.join(logdir, _base_name() + self._suffix)
             try:  # never append to another writer's file
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
                 break
@@ -105,18 +139,8 @@ class RecordEventWriter:
         else:
             raise FileExistsError(f"no free event file name in {logdir!r}")
         self._written = 0  # bytes of complete records in the file
-        self._remote_copy: bytearray | None = None
-        if "://" in self.path:
-            self._fs = gfile.get_filesystem(self.path)
-            if not hasattr(self._fs, "append"):
-                self._remote_copy = bytearray()
-            self._fs.write(self.path, b"", binary_mode=True)
-            self._fd = None
-        else:
-            self._fs = None
         self.generation += 1
-        version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
-        record = _record(version.SerializeToString())
+        record = _version_record()
         self._pending.insert(0, record)
         self._pending_bytes += len(record)
 
@@ -170,13 +194,6 @@ class RecordEventWriter:
         self._open_file()
 
     def _write_records(self) -> None:
-        if self._fd is None:
-            data = b"".join(self._pending)
-            self._write_remote(data)
-            self._written += len(data)
-            self._pending.clear()
-            self._pending_bytes = 0
-            return
         data = b"".join(self._pending)
         view = memoryview(data)
         sent = 0
@@ -207,13 +224,6 @@ class RecordEventWriter:
         del self._pending[:done]
         self._pending_bytes -= whole
 
-    def _write_remote(self, data: bytes) -> None:
-        if self._remote_copy is not None:
-            self._fs.write(self.path, bytes(self._remote_copy) + data, binary_mode=True)
-            self._remote_copy += data
-        else:
-            self._fs.append(self.path, data, binary_mode=True)
-
     def _forget_after_fork(self) -> None:
         """In a forked child: this copy of the writer must not write the parent's records."""
         self._lock = threading.Lock()  # a lock held by a parent thread stays held in the child
@@ -240,3 +250,224 @@ class RecordEventWriter:
             self._closed = True
             if self._fd is not None:
                 os.close(self._fd)
+
+
+class SegmentedEventWriter:
+    """Writes ``Event`` protos under a remote ``logdir`` as segment objects.
+
+    The same interface as :class:`RecordEventWriter` (``add_event``,
+    ``flush``, ``close``, ``dropped_records``, ``failed_flushes``,
+    ``generation``, ``notices``). Uploads happen in a background thread every
+    ``flush_secs`` (and on ``flush()``/``close()``); ``add_event`` never
+    touches the network. ``flush()`` waits for the upload (at most
+    ``flush_timeout_s``) and raises OSError when it failed; ``close()`` keeps
+    retrying for at most ``close_timeout_s``. Each put is at most
+    ``segment_bytes`` plus one batch of new records; the objects of a run
+    number about (bytes written) / ``segment_bytes``.
+    """
+
+    #: The Monitor keeps sampling while uploads fail: this writer retries by itself.
+    retries_in_background = True
+
+    def __init__(self, logdir: str, flush_secs: float = 30.0, filename_suffix: str = ".tbleak",
+                 segment_bytes: int | None = None, flush_timeout_s: float = 30.0,
+                 close_timeout_s: float | None = None):
+        self.logdir = remote.normalize(logdir)
+        self._suffix = filename_suffix
+        self._flush_secs = float(flush_secs)
+        self._segment_bytes = int(SEGMENT_BYTES if segment_bytes is None else segment_bytes)
+        self._flush_timeout_s = float(flush_timeout_s)
+        self._close_timeout_s = float(CLOSE_TIMEOUT_S if close_timeout_s is None else close_timeout_s)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._closed = False  # no more records accepted
+        self._stop = False  # the uploader should finish
+        self._flush_wanted = False
+        self._failures = 0  # puts that failed so far
+        self._thread: threading.Thread | None = None
+        self._base = remote.join(self.logdir, _base_name())
+        self._segment = 0
+        self._segment_data = b""  # what the current segment object holds
+        self._last_upload = time.monotonic()
+        self._retry_at = 0.0
+        self.dropped_records = 0
+        self.failed_flushes = 0
+        self.generation = 1
+        self.notices: list[str] = []
+        self.last_error: str | None = None
+        #: Upload statistics: puts, bytes put and seconds spent putting.
+        self.uploads = 0
+        self.uploaded_bytes = 0
+        self.upload_seconds = 0.0
+        # Fails early (no network) for a scheme TensorBoard's gfile cannot serve.
+        try:
+            self._fs = gfile.get_filesystem(self.path)
+        except Exception as error:
+            raise OSError(remote.describe_error(error)) from None
+        # Object stores need no directories (TensorBoard's S3 stub would put a
+        # marker object for each); other filesystems (fsspec's) may.
+        self._make_dirs = not remote.is_stub_s3(self.logdir)
+        _live_writers.add(self)
+
+    @property
+    def path(self) -> str:
+        """The current segment's object."""
+        return self._segment_path(self._segment)
+
+    def _segment_path(self, index: int) -> str:
+        return "%s.s%06d%s" % (self._base, index, self._suffix)
+
+    @property
+    def segments(self) -> int:
+        """Segment objects written so far."""
+        return self._segment + (1 if self._segment_data else 0)
+
+    def add_event(self, event) -> None:
+        record = _record(event.SerializeToString())
+        with self._lock:
+            if self._closed:
+                return
+            if self._pending_bytes + len(record) > MAX_PENDING_BYTES:
+                self.dropped_records += 1
+                return
+            self._pending.append(record)
+            self._pending_bytes += len(record)
+            self._ensure_thread()
+            if time.monotonic() - self._last_upload >= self._flush_secs:
+                self._wake.notify()
+
+    def flush(self) -> None:
+        """Upload what is pending now; raises OSError when that failed (the
+        records stay pending and are retried)."""
+        with self._lock:
+            if not self._pending or self._stop:
+                return
+            self._ensure_thread()
+            failures = self._failures
+            self._flush_wanted = True
+            self._wake.notify()
+            deadline = time.monotonic() + self._flush_timeout_s
+            while self._pending and self._failures == failures and not self._stop:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+            if self._pending:
+                raise OSError(f"upload to {self.path} failed: {self.last_error or 'timed out'}")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._stop:
+                return
+            self._closed = True
+            self._stop = True
+            self._retry_at = 0.0  # one more try now, whatever the back-off said
+            self._wake.notify_all()
+            thread = self._thread
+        if thread is None and self._pending:
+            # Never started (or forked): upload in this thread, bounded in time.
+            self._upload_loop()
+        elif thread is not None:
+            thread.join(self._close_timeout_s + 5.0)
+        with self._lock:
+            if self._pending:
+                message = (f"{len(self._pending)} records were never uploaded to {self.logdir} "
+                           f"({self.last_error or 'timed out'})")
+                self.notices.append(message)
+                self._pending.clear()
+                self._pending_bytes = 0
+
+    # -- the uploader --------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None and not self._stop:
+            self._thread = threading.Thread(target=self._upload_loop, name="tb-leak-upload", daemon=True)
+            self._thread.start()
+
+    def _upload_loop(self) -> None:
+        close_deadline = None
+        while True:
+            with self._lock:
+                while True:
+                    now = time.monotonic()
+                    if self._stop and close_deadline is None:
+                        close_deadline = now + self._close_timeout_s
+                    if self._stop and (not self._pending or now >= close_deadline):
+                        self._wake.notify_all()
+                        return
+                    due = self._last_upload + self._flush_secs
+                    ready = self._pending and (self._flush_wanted or self._stop or now >= due)
+                    if ready and (now >= self._retry_at or self._flush_wanted):
+                        break
+                    wake_at = max(self._retry_at, due if self._pending else now + 3600.0)
+                    if self._stop:
+                        wake_at = min(wake_at, close_deadline)
+                    self._wake.wait(max(0.01, wake_at - now))
+                batch, size = self._take_batch()
+                index, prefix = self._target(size)
+            body = prefix + b"".join(batch)
+            started = time.perf_counter()
+            error = None
+            try:
+                if self._make_dirs:
+                    gfile.makedirs(self.logdir)
+                    self._make_dirs = False
+                self._fs.write(self._segment_path(index), body, binary_mode=True)
+            except Exception as exc:  # the store is down, the bucket gone, ...: retry later
+                error = exc
+            spent = time.perf_counter() - started
+            with self._lock:
+                self._last_upload = time.monotonic()
+                if error is None:
+                    self.uploads += 1
+                    self.uploaded_bytes += len(body)
+                    self.upload_seconds += spent
+                    self._segment, self._segment_data = index, body
+                    del self._pending[:len(batch)]
+                    self._pending_bytes = max(0, self._pending_bytes - size)
+                    self.failed_flushes = 0
+                    self._retry_at = 0.0
+                    if not self._pending:
+                        self._flush_wanted = False
+                else:
+                    self._failures += 1
+                    self._flush_wanted = False  # a flush() waiting for this put sees it fail
+                    self.failed_flushes += 1
+                    first = self.last_error is None
+                    self.last_error = remote.describe_error(error)
+                    backoff = min(MAX_RETRY_S, max(1.0, self._flush_secs) * 2 ** min(self.failed_flushes - 1, 6))
+                    self._retry_at = time.monotonic() + (0.5 if self._stop else backoff)
+                    if first:
+                        logger.warning("tb-leak: uploading summaries to %s failed (%s); retrying in the "
+                                       "background, keeping at most %d KiB of them meanwhile",
+                                       self.logdir, self.last_error, MAX_PENDING_BYTES >> 10)
+                self._wake.notify_all()
+
+    def _take_batch(self) -> tuple[list[bytes], int]:
+        """Pending records for one put: at least one, at most about a segment."""
+        batch, size = [], 0
+        for record in self._pending:
+            if batch and size + len(record) > self._segment_bytes:
+                break
+            batch.append(record)
+            size += len(record)
+        return batch, size
+
+    def _target(self, size: int) -> tuple[int, bytes]:
+        """(segment index, bytes already in it) for a put of ``size`` new bytes."""
+        if not self._segment_data:
+            return self._segment, _version_record()
+        if len(self._segment_data) + size > self._segment_bytes:
+            return self._segment + 1, _version_record()
+        return self._segment, self._segment_data
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: this copy must not upload the parent's records."""
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._closed = self._stop = True
+        self._thread = None

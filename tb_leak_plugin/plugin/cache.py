@@ -8,7 +8,9 @@ profiler trace files. What the provider lists is re-checked at most every
 Profiler traces are read only from runs the data provider lists whose real
 path stays inside the logdir (:meth:`ReportCache.run_directory`), and the
 report the routes serve names files relative to the run directory, never by
-their absolute path on the server.
+their absolute path on the server. On a remote logdir (``s3://...``) a run's
+directory is the logdir joined with the run's name (no links there), and one
+listing of the logdir per revalidation says which runs have traces.
 
 A restarted job is read as TensorBoard's data server reads it: a point at
 step ``s`` drops every point of the same series read before it at step
@@ -34,6 +36,7 @@ import numpy as np
 from tensorboard import errors
 
 from tb_leak_plugin import metadata
+from tb_leak_plugin.eventfile import remote
 from tb_leak_plugin.plugin.views import Points, relative_paths
 
 logger = logging.getLogger("tb_leak_plugin")
@@ -82,6 +85,7 @@ class ReportCache:
     Args:
       provider: TensorBoard's data provider, or None.
       logdir_root: the logdir's real path, or None when it is not local.
+      remote_logdir: the logdir when it is remote (``s3://...``), else None.
       report_builder: ``RunData -> RunReport``.
       run_data_type, series_type: ``data.RunData`` and ``data.Series``
         (imported by the caller, so this module imports cheaply).
@@ -91,9 +95,11 @@ class ReportCache:
     """
 
     def __init__(self, provider, logdir_root: str | None, report_builder, run_data_type, series_type,
-                 *, revalidate_secs: float = REVALIDATE_SECS, clock=time.monotonic):
+                 *, revalidate_secs: float = REVALIDATE_SECS, clock=time.monotonic,
+                 remote_logdir: str | None = None):
         self._provider = provider
         self._logdir_root = logdir_root
+        self._remote_logdir = remote_logdir
         self._report_builder = report_builder
         self._RunData = run_data_type
         self._Series = series_type
@@ -129,10 +135,16 @@ class ReportCache:
         series = self._provider.list_scalars(ctx, experiment_id=experiment, plugin_name=PLUGIN_NAME)
         series = {run: dict(tags) for run, tags in series.items() if tags}
         run_dirs, fingerprints = {}, {}
+        remote_stamps = self._remote_trace_stamps() if self._remote_logdir and series else None
         for run, tags in series.items():
             run_dir = self.run_directory(run, known)
             run_dirs[run] = run_dir
-            stamp = trace_stamp(run_dir, self._logdir_root)
+            if remote_stamps is not None:
+                stamp = remote_stamps.get(run_dir, ())
+                if run_dir is not None and run_dir not in remote_stamps:
+                    run_dirs[run] = None  # no traces: nothing to read
+            else:
+                stamp = trace_stamp(run_dir, self._logdir_root)
             if stamp is None:  # a trace file links outside the logdir: read no traces
                 run_dirs[run] = None
                 stamp = ()
@@ -157,12 +169,38 @@ class ReportCache:
         resolved) lies inside the logdir's real path.
         """
         root = self._logdir_root
-        if root is None or run not in known_runs:
+        if run not in known_runs:
             return None
         if not run or "\x00" in run or "\\" in run or os.path.isabs(run) or run.startswith("~"):
             return None
+        if self._remote_logdir:
+            parts = run.split("/")
+            if any(part in ("", "..") for part in parts) or "://" in run:
+                return None
+            return self._remote_logdir if run == "." else remote.join(self._remote_logdir, run)
+        if root is None:
+            return None
         path = os.path.realpath(os.path.join(root, run))
         return path if inside(root, path) and os.path.isdir(path) else None
+
+    def _remote_trace_stamps(self) -> dict:
+        """Run directory -> names of its profiler files, for every run of the
+        remote logdir that has any (one listing); {} when it cannot be listed."""
+        try:
+            tree = remote.list_tree(self._remote_logdir)
+        except Exception as error:
+            self._warn_once(f"cannot list {self._remote_logdir} for profiler traces: {remote.describe_error(error)}")
+            return {}
+        marker = "/plugins/profile"
+        stamps: dict = {}
+        for directory, names in tree.items():
+            position = (directory + "/").find(marker + "/")
+            if position < 0:
+                continue
+            run_dir = directory[:position]
+            rest = directory[position + len(marker):].strip("/")
+            stamps.setdefault(run_dir, []).extend(f"{rest}/{name}" if rest else name for name in names)
+        return {run_dir: tuple(sorted(names)) for run_dir, names in stamps.items()}
 
     def entry_for(self, ctx, experiment: str, run: str) -> RunEntry:
         """The run's current entry; NotFoundError when it has no leak series."""
@@ -227,7 +265,7 @@ class ReportCache:
             else:
                 points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
         report = self._report_builder(run_data, with_traces=run_data.path is not None).to_dict()
-        report = relative_paths(report, run_data.path, self._logdir_root)
+        report = relative_paths(report, run_data.path, self._logdir_root or self._remote_logdir)
         return RunEntry(
             fingerprint=listing.fingerprints[run],
             run_data=run_data,

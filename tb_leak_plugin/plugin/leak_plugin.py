@@ -4,7 +4,8 @@ Series are read only through TensorBoard's data provider (so the tab works
 with the Python multiplexer and the Rust data server alike) and turned into
 the same ``RunData`` the CLI reads from disk; every route is a view of the
 report :func:`tb_leak_plugin.reporting.logdir.report_for_run` builds, never a second
-analysis. Profiler traces are read from run directories under the logdir,
+analysis. Profiler traces are read from run directories under the logdir
+(local, or ``<logdir>/<run>`` on an object store such as ``s3://``),
 and only from runs the data provider lists whose real path stays inside it;
 no answer names a file by its absolute path on the server. A restarted job's
 orphaned points are dropped as TensorBoard's data server drops them, so the
@@ -134,13 +135,17 @@ class LeakPlugin(base_plugin.TBPlugin):
 
         self._provider = context.data_provider
         logdir = getattr(context, "logdir", None) or ""
-        logdir_root = None
+        logdir_root = remote_logdir = None
         if logdir and "://" not in logdir:
             logdir_root = os.path.realpath(os.path.expanduser(logdir))
+        elif logdir:
+            from tb_leak_plugin.eventfile import remote
+
+            remote_logdir = remote.normalize(logdir)
         self._frontend_dir = frontend_dir or frontend_directory()
         self._cache = ReportCache(
             self._provider, logdir_root, report_builder or report_for_run, RunData, Series,
-            revalidate_secs=revalidate_secs, clock=clock,
+            revalidate_secs=revalidate_secs, clock=clock, remote_logdir=remote_logdir,
         )
 
     # -- TBPlugin ---------------------------------------------------------

@@ -166,7 +166,8 @@ def relative_paths(value, run_dir: str | None, logdir_root: str | None = None):
     paths taken out of every string: the run directory's prefix is dropped
     (``<run_dir>/plugins/profile/s/h.xplane.pb`` becomes
     ``plugins/profile/s/h.xplane.pb``), then the logdir's. A copy; pure."""
-    prefixes = [p.rstrip("/") for p in (run_dir, logdir_root) if p and p.startswith("/") and p.rstrip("/")]
+    prefixes = [p.rstrip("/") for p in (run_dir, logdir_root)
+                if p and (p.startswith("/") or "://" in p) and p.rstrip("/")]
     if not prefixes:
         return value
     # The prefix as a whole path: followed by "/" or by what ends a path in prose.

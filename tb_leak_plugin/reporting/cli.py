@@ -246,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = commands.add_parser("analyze", help="analyse a logdir and print a verdict per run",
                                   description="Analyse a logdir and print a verdict per run.",
                                   epilog=EXIT_STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    analyze.add_argument("logdir", help="TensorBoard logdir (local path, or gs:// s3:// when supported)")
+    analyze.add_argument("logdir", help="TensorBoard logdir: a local path, or s3://bucket/prefix (boto3), "
+                                        "gs://... and other fsspec schemes (their fsspec package)")
     analyze.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     analyze.add_argument("--run", metavar="REGEX", help="only runs whose name matches this regular expression")
     analyze.add_argument("--fail-on-leak", action="store_true", help="exit 1 when any run's verdict is leak")
@@ -255,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="worker processes (default: by cores and run count; 1 = none)")
     analyze.add_argument("--max-trace-mib", type=float, default=None,
                          help="refuse trace files larger than this many MiB (default 512)")
+    commands.add_parser(
+        "tensorboard", add_help=False,
+        help="run TensorBoard through its TensorFlow-free I/O layer (s3:// works with TensorFlow installed)",
+        description="tb-leak tensorboard [TENSORBOARD ARGS...]: TensorBoard itself, told to read the "
+                    "logdir through its own TensorFlow-free gfile (S3 via boto3, fsspec schemes) even where "
+                    "TensorFlow is installed (TensorFlow 2.21 has no s3:// filesystem).")
     return parser
 
 
@@ -277,7 +284,26 @@ def _error(message: str) -> None:
     print(f"tb-leak: error: {printable(message)}", file=sys.stderr)
 
 
+def run_tensorboard(argv: list[str]) -> int:
+    """``tb-leak tensorboard ARGS``: TensorBoard's own ``main`` with its
+    TensorFlow-free I/O layer selected, the switch TensorBoard provides for
+    that (the module ``tensorboard.compat.notf``). Only this server process
+    is affected; every TensorBoard flag works as usual. For ``s3://`` logdirs
+    the Python loader is used (``--load_fast=auto`` picks it by itself)."""
+    import types
+
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    from tensorboard import main as tensorboard_main
+
+    sys.argv = ["tensorboard", *argv]
+    tensorboard_main.run_main()
+    return EXIT_OK
+
+
 def _main(argv: list[str] | None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["tensorboard"]:
+        return run_tensorboard(arguments[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

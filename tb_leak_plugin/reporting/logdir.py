@@ -51,9 +51,12 @@ class LogdirReport:
         return any(run.verdict == "leak" for run in self.runs)
 
 
-def load_traces(run_dir: str | None, max_bytes: int | None = None):
-    """The run's profiler trace report, or None when it has no profile sessions."""
-    if run_dir is None:
+def load_traces(run_dir: str | None, max_bytes: int | None = None, has_profile: bool | None = None):
+    """The run's profiler trace report, or None when it has no profile sessions.
+
+    ``has_profile`` is what a listing of the logdir already said (False: skip
+    looking, which for a remote run saves requests)."""
+    if run_dir is None or has_profile is False:
         return None
     if "://" not in run_dir and not os.path.isdir(os.path.join(run_dir, "plugins", "profile")):
         return None  # no profiler output here: nothing to list
@@ -63,7 +66,8 @@ def load_traces(run_dir: str | None, max_bytes: int | None = None):
     return report if report.sessions else None
 
 
-def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int | None = None) -> RunReport:
+def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int | None = None,
+                   has_profile: bool | None = None) -> RunReport:
     """Build the report for one run read from disk (traces from its directory).
 
     Trace files are named relative to the run directory (``sessions[].path``
@@ -76,7 +80,7 @@ def report_for_run(run: RunData, with_traces: bool = True, max_trace_bytes: int 
     trace_report = None
     if with_traces:
         try:
-            trace_report = load_traces(run.path, max_trace_bytes)
+            trace_report = load_traces(run.path, max_trace_bytes, has_profile)
         except Exception as error:  # a bad trace must not hide the series verdict
             run.warnings.append(f"profiler traces of {run.name!r} unreadable: "
                                 f"{_relative_to(run.path, str(error))}")
@@ -103,10 +107,13 @@ def _relative_to(run_dir: str | None, text: str) -> str:
     return re.sub(r"(?<![^\s'\"(\[])" + re.escape(root) + "[" + re.escape(separators) + "]", "", text)
 
 
-def _analyze_run(name: str, run_dir: str, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
+def _analyze_run(name: str, location, with_traces: bool, max_trace_bytes: int | None) -> RunReport:
+    if isinstance(location, str):
+        location = loading.RunLocation(location)
+    run_dir = location.path
     try:
-        run = loading.load_run(name, run_dir)
-        return report_for_run(run, with_traces, max_trace_bytes)
+        return report_for_run(loading.load_run(name, run_dir, location.files), with_traces, max_trace_bytes,
+                              location.has_profile)
     except Exception as error:  # one unreadable run must not sink the others
         logger.warning("tb-leak: run %r could not be analysed: %s", name, error)
         run = RunData(name=name, path=run_dir,
@@ -121,7 +128,7 @@ def shared_run_warning(run_dir: str | None) -> str | None:
     """A warning when event files of several tasks of a job lie in one run
     directory (every task given the same ``run_name``): their series are
     read as one run. The tasks are told apart by the task in the file names."""
-    if run_dir is None:
+    if run_dir is None or loading.is_remote(run_dir):  # (one more listing per remote run: not worth it)
         return None
     try:
         names = [os.path.basename(path) for path in loading.event_files(run_dir)]
@@ -135,11 +142,18 @@ def shared_run_warning(run_dir: str | None) -> str | None:
             "run (Monitor's default in a cluster, or run_name='{task}')")
 
 
-def default_jobs(run_count: int) -> int:
-    """Worker processes worth using for ``run_count`` runs (1 = in process)."""
+def default_jobs(run_count: int, remote: bool = False) -> int:
+    """Worker processes worth using for ``run_count`` runs (1 = in process).
+
+    A remote logdir gets more workers than cores: each waits on requests
+    (1,000 runs on a local S3 server, 2 busy cores, best of 3: 89 s with 1
+    worker, 58 s with 4, 49 s with 16; benchmarks/bench_remote.py)."""
     if run_count < 8 or "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    return max(1, min(os.cpu_count() or 1, 8, run_count // 4))
+    cores = os.cpu_count() or 1
+    if remote:
+        return max(1, min(4 * cores, 16, run_count // 4))
+    return max(1, min(cores, 8, run_count // 4))
 
 
 def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool = True,
@@ -154,10 +168,10 @@ def analyze_logdir(logdir: str, run_filter: str | None = None, with_traces: bool
     """
     pattern = re.compile(run_filter) if run_filter else None
     walk_warnings: list[str] = []
-    runs = {name: path for name, path in loading.discover_runs(logdir, walk_warnings).items()
+    runs = {name: location for name, location in loading.locate_runs(logdir, walk_warnings).items()
             if pattern is None or pattern.search(name)}
-    jobs = default_jobs(len(runs)) if jobs is None else max(1, int(jobs))
-    arguments = [(name, path, with_traces, max_trace_bytes) for name, path in runs.items()]
+    jobs = default_jobs(len(runs), loading.is_remote(logdir)) if jobs is None else max(1, int(jobs))
+    arguments = [(name, location, with_traces, max_trace_bytes) for name, location in runs.items()]
     if jobs > 1:
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
