@@ -377,7 +377,7 @@ EXPECTED_CAUSE = {
     # two culprits name the same cause (live tensors as a type or a series).
     "tensor_history": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
     "retracing": (("retracing", "train_step"), ("retracing", "eager context functions")),
-    "keras_in_loop": ("series", "native_memory"),
+    "keras_in_loop": (("runtime", "keras_names"), ("series", "native_memory")),
     "data_pipeline": ("object_type", "py_function_registry"),
     "unbounded_cache": ("tensors", "numpy"),
     "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
@@ -387,6 +387,16 @@ EXPECTED_CAUSE = {
     "inplace_updates": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
     "function_per_step": (("retracing", "eager context functions"), ("retracing", "train_step")),
     "graph_in_loop": ("graph", "graph_grows"),
+}
+
+# Leaks held by the program's own Python code: a piece of the holder (the
+# variable or attribute) that the top culprit's first leak trace must name.
+HOLDER = {
+    "tensor_history": "`history`",
+    "unbounded_cache": "FeatureStore.cache",
+    "keras_fit": "TrackPredictions.history",
+    "plain_python": "`kept`",
+    "inplace_updates": "`kept`",
 }
 
 # Steps of a run: the demo's --steps, scaled, and at most a cap (the profiler

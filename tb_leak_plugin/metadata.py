@@ -128,7 +128,7 @@ def task_series_info(identity: dict) -> TaskSeriesInfo:
         task_counts=[f"{name}={count}" for name, count in sorted((identity.get("task_counts") or {}).items())],
         run_named_by=str(identity.get("run_named_by", "")),
     )
-    return TaskSeriesInfo(TASK_GROUP, TASK_MEASURE, TASK_UNIT, "", message.SerializeToString())
+    return TaskSeriesInfo(TASK_GROUP, TASK_MEASURE, TASK_UNIT, "", task_bytes=message.SerializeToString())
 
 
 def task_identity_dict(content: bytes) -> dict:

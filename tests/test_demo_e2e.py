@@ -82,6 +82,20 @@ def _says_census_too_short(run) -> bool:
     return any(c["hint"] == "census_too_short" for c in top) and bool(too_few)
 
 
+@pytest.mark.parametrize("pattern", sorted(patterns.HOLDER))
+def test_leak_trace_names_the_holder(demo_report, pattern):
+    """A leak held by the program's code: the top culprit's first path
+    names the variable or attribute that holds it (at default settings)."""
+    run = demo_report[f"{pattern}/leaky"]
+    top = run["culprits"][0]
+    held = top["details"].get("held_by") or []
+    first = " → ".join(held[0]["path"]) if held else ""
+    assert patterns.HOLDER[pattern] in first, (
+        f"{pattern}: top culprit {top['kind']} {top['name']} held by {first!r}; all: "
+        + "; ".join(f"{c['name']}: {[' → '.join(h['path']) for h in c['details'].get('held_by') or []]}"
+                    for c in run["culprits"][:4]))
+
+
 def test_most_leaky_runs_name_their_cause(demo_report):
     # At default settings a quick run of a few seconds on a TensorFlow heap
     # gets a handful of heap walks; most patterns must still name the cause.

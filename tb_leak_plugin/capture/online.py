@@ -44,6 +44,7 @@ from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
 
 # Points kept per series for the analysis while the loop runs.
 MAX_POINTS = 256
+MAX_SERIES = 192
 # Types whose instances' ids are noted at each walk, and the largest count noted.
 MARKED_TYPES = 3
 MAX_MARKED_INSTANCES = 20_000
@@ -79,44 +80,54 @@ _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict,
 
 
 class History:
-    """The points written so far, per series, in buffers allocated once per
-    series (``MAX_POINTS`` each): keeping them never grows the monitor's
-    memory from step to step, which the program's own series would show.
-    A full buffer is thinned in place to every second point."""
+    """The points written so far, per series, in one block allocated (and
+    touched) when the monitor is made: keeping them never grows the process's
+    memory during the run, which the program's own memory series would show
+    as growth. ``MAX_SERIES`` series of ``MAX_POINTS`` points; a full series
+    is thinned in place to every second point; series beyond the block are
+    not kept (the logdir has them all)."""
 
     def __init__(self):
-        self._series: dict[SeriesInfo, list] = {}
+        self._index: dict[SeriesInfo, int] = {}
+        self._steps = np.full((MAX_SERIES, MAX_POINTS), -1, np.int64)
+        self._walls = np.full((MAX_SERIES, MAX_POINTS), -1.0)
+        self._values = np.full((MAX_SERIES, MAX_POINTS), -1.0)
+        self._counts = np.zeros(MAX_SERIES, np.int64)
 
     def record(self, step: int, wall_time: float, sample) -> None:
+        steps, walls, values, counts = self._steps, self._walls, self._values, self._counts
         for info, value in sample:
             if info.group == HELD_BY_GROUP:
                 continue
-            entry = self._series.get(info)
-            if entry is None:
-                entry = self._series[info] = [np.empty(MAX_POINTS, np.int64), np.empty(MAX_POINTS),
-                                              np.empty(MAX_POINTS), 0]
-            steps, walls, values, n = entry
-            if n and steps[n - 1] == step:
-                walls[n - 1], values[n - 1] = wall_time, value
+            row = self._index.get(info)
+            if row is None:
+                if len(self._index) >= MAX_SERIES:
+                    continue
+                row = self._index[info] = len(self._index)
+            n = int(counts[row])
+            if n and steps[row, n - 1] == step:
+                walls[row, n - 1], values[row, n - 1] = wall_time, value
                 continue
             if n == MAX_POINTS:
                 # Keep every second point, and the newest.
-                keep = np.r_[np.arange(0, MAX_POINTS - 1, 2), MAX_POINTS - 1]
+                half = MAX_POINTS // 2
                 for column in (steps, walls, values):
-                    column[: keep.size] = column[keep]
-                n = keep.size
-            steps[n], walls[n], values[n] = step, wall_time, value
-            entry[3] = n + 1
+                    column[row, :half] = column[row, 0:MAX_POINTS:2]
+                    column[row, half - 1] = column[row, MAX_POINTS - 1]
+                n = half
+            steps[row, n], walls[row, n], values[row, n] = step, wall_time, value
+            counts[row] = n + 1
 
     def run_data(self, name: str, held_by=(), groups=None):
         from tb_leak_plugin.analysis.series import RunData, Series
 
         run = RunData(name=name, path=None)
-        for info, (steps, walls, values, n) in self._series.items():
+        for info, row in self._index.items():
             if groups is not None and info.group not in groups:
                 continue
-            run.series[info.tag] = Series.from_points(info.tag, info, steps[:n].copy(), walls[:n].copy(),
-                                                      values[:n].copy())
+            n = int(self._counts[row])
+            run.series[info.tag] = Series.from_points(info.tag, info, self._steps[row, :n].copy(),
+                                                      self._walls[row, :n].copy(), self._values[row, :n].copy())
         for info, step, wall_time, value in held_by:
             run.series[info.tag] = Series.from_points(info.tag, info, [step], [wall_time], [value])
         return run
@@ -145,7 +156,9 @@ class LeakWatch:
         self._held_by: list = []           # (info, step, wall, value) written
         self._walks = 0
         self._counts: dict[int, int] = {}  # id(type) -> count at the last walk
-        self._marks: dict[int, tuple] = {}  # id(type) -> (step, frozenset of ids, name)
+        self._marks: dict[int, tuple] = {}  # id(type) -> (step, sorted ids, name, slot)
+        # Ids of marked instances, in a block allocated (and touched) once.
+        self._mark_ids = np.full((MARKED_TYPES, MAX_MARKED_INSTANCES), -1, np.int64)
         self._traced: dict[str, tuple] = {}  # culprit key -> (walk, live count)
         self._told: set[str] = set()
         self._containers: dict[int, _Container] = {}
@@ -257,12 +270,18 @@ class LeakWatch:
             for _gain, key, kind in rising[:MARKED_TYPES]:
                 if key in self._marks:
                     continue  # keep the earliest mark of a type that keeps rising
-                ids = np.fromiter(map(id, census.instances_of(kind)), np.int64)
-                ids.sort()
-                self._marks[key] = (step, ids, type_name(kind))
-        if len(self._marks) > MARKED_TYPES:
-            for key in sorted(self._marks, key=lambda k: self._marks[k][0])[: len(self._marks) - MARKED_TYPES]:
-                del self._marks[key]
+                if len(self._marks) >= MARKED_TYPES:
+                    oldest = min(self._marks, key=lambda k: self._marks[k][0])
+                    slot = self._marks.pop(oldest)[3]
+                else:
+                    slot = (set(range(MARKED_TYPES)) - {m[3] for m in self._marks.values()}).pop()
+                instances = census.instances_of(kind)
+                row = self._mark_ids[slot]
+                n = min(len(instances), row.size)
+                row[:n] = np.fromiter(map(id, instances[:n]), np.int64, n)
+                row[:n].sort()
+                instances = None
+                self._marks[key] = (step, row[:n], type_name(kind), slot)
         self._counts = {id(kind): count for kind, count in counts.items()}
 
     # -- containers -----------------------------------------------------------
