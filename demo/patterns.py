@@ -396,7 +396,7 @@ HOLDER = {
     "unbounded_cache": "FeatureStore.cache",
     "keras_fit": "TrackPredictions.history",
     "plain_python": "`kept`",
-    "inplace_updates": "`kept`",
+    "inplace_updates": ("`kept`", "`trajectory`"),
 }
 
 # Steps of a run: the demo's --steps, scaled, and at most a cap (the profiler

@@ -107,24 +107,22 @@ def _container_hop(hop: str) -> str | None:
     return None
 
 
-def _container_items(culprit) -> str:
-    last = culprit.name.split(" → ")[-1]
-    return last.partition(" of ")[2]
-
-
 def adopt_containers(culprits: list) -> None:
     """Live arrays or tensors with no trace of their own, and a growing
     container that holds them: the container is where they accumulate."""
-    containers = [c for c in culprits if c.kind == "container"]
+    # Growing containers, and those found as holders of a memory series.
+    containers = [[hop for hop in c.name.split(" → ") if hop] for c in culprits if c.kind == "container"]
     for culprit in culprits:
-        if culprit.kind != "tensors" or (culprit.details or {}).get("held_by"):
+        if culprit.kind == "series" and (culprit.details or {}).get("held_by_containers"):
+            containers += [list(entry["path"]) for entry in culprit.details["held_by"]]
+    for culprit in culprits:
+        if culprit.kind not in ("tensors", "op") or (culprit.details or {}).get("held_by"):
             continue
-        wanted = "ndarray" if "numpy" in culprit.name else "EagerTensor" if "eager" in culprit.name else None
-        if wanted is None:
-            continue
-        for container in containers:
-            if wanted in _container_items(container):
-                path = [hop for hop in container.name.split(" → ") if hop]
+        # An op whose outputs are never freed, and live tensors: held as
+        # EagerTensors; live numpy arrays: as ndarrays.
+        wanted = "ndarray" if "numpy" in culprit.name else "EagerTensor"
+        for path in containers:
+            if path and wanted in path[-1].partition(" of ")[2]:
                 culprit.details = dict(culprit.details or {})
                 culprit.details["held_by"] = [{"path": path, "instances": None, "of": None, "sampled": None}]
                 culprit.details["held_by_containers"] = True

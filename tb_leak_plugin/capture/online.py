@@ -508,8 +508,9 @@ class LeakWatch:
             if result.held_by and result.held_by[0].signature not in result.own \
                     and not result.held_by[0].path[0].startswith(_INTERPRETER_ROOTS):
                 growth = gains.get(id(obj), 0)
-                entries.append({"path": result.held_by[0].path + [type(obj).__name__], "sampled": 1,
-                                "instances": int(growth)})
+                items = _item_kind(obj)
+                kind = type(obj).__name__ + (f" of {items}" if items else "")
+                entries.append({"path": result.held_by[0].path + [kind], "sampled": 1, "instances": int(growth)})
         objs = exclude = None
         self.trace_seconds += seconds
         if not entries:
