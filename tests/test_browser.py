@@ -114,6 +114,13 @@ def test_verdicts_charts_and_ops(tensorboard, page, tmp_path):
     readout.wait_for(state="visible")
     assert "step" in readout.inner_text() and "MiB" in readout.inner_text()
 
+    # The leak trace under the culprits: who holds the outputs, as text.
+    chains = page.locator("[data-testid=culprits-table] [data-testid=trace-chain]")
+    assert chains.count() >= 1
+    hops = chains.first.locator("[data-testid=hop]").all_inner_texts()
+    assert any("local `kept`" in hop for hop in hops), hops
+    assert chains.first.locator("[data-testid=hop] *").count() == 0, "hops are plain text"
+
     ops = page.locator("[data-testid=ops-section]")
     table = ops.locator("[data-testid=ops-table]")
     table.wait_for()
