@@ -9,6 +9,7 @@ trace report; does no I/O.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -144,6 +145,27 @@ def _apply_materiality(trend: TrendResult, steps: np.ndarray, values: np.ndarray
     )
 
 
+def _with_earlier_points(series: Series) -> Series:
+    """A container's length series carries, in its plugin data, the lengths
+    seen at the heap walks before it was named (``{"format": 1, "before":
+    [[step, wall_time, length], ...]}``): they go in front of its points."""
+    if series.info.group != "containers" or not series.info.detail:
+        return series
+    try:
+        before = json.loads(series.info.detail)["before"]
+        points = [(int(s), float(w), float(n)) for s, w, n in before]
+    except (TypeError, ValueError, KeyError):
+        return series
+    first = int(series.steps[0]) if len(series) else None
+    points = [p for p in points if first is None or p[0] < first][-256:]
+    if not points:
+        return series
+    return Series.from_points(series.tag, series.info,
+                              np.r_[[p[0] for p in points], series.steps],
+                              np.r_[[p[1] for p in points], series.wall_times],
+                              np.r_[[p[2] for p in points], series.values])
+
+
 def _available_bytes(run: RunData) -> float | None:
     series = run.series.get("leak/process/available_bytes")
     if series is None or not len(series):
@@ -161,7 +183,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     warnings = list(run.warnings)
     traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
-    reports = [assess(series, available, measures) for series in run.series.values()
+    reports = [assess(_with_earlier_points(series), available, measures) for series in run.series.values()
                if series.info.group != HELD_BY_GROUP]
     _one_rate(reports, run)
     by_role: dict[str, list[SeriesReport]] = {}

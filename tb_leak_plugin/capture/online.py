@@ -134,7 +134,7 @@ class History:
 
 
 class _Container:
-    __slots__ = ("kind", "history", "grew", "path", "subject", "reported")
+    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info")
 
     def __init__(self, kind):
         self.kind = kind
@@ -143,6 +143,7 @@ class _Container:
         self.path: list | None = None
         self.subject: str | None = None
         self.reported = False
+        self.info: SeriesInfo | None = None
 
 
 class LeakWatch:
@@ -168,7 +169,6 @@ class LeakWatch:
         self.analysis_seconds = 0.0
         self.last_report = None
         self._failed = False
-        self._pending_backfill: list = []
         self._container_traces = 0
         self._walk_seconds = 0.0
         self._rising = False          # a census count rose at the last walk
@@ -320,7 +320,7 @@ class LeakWatch:
             obj = containers[big[index]] if index is not None else None
             if obj is None or type(obj) is not entry.kind:
                 if entry.reported and entry.subject:
-                    extra.append((SeriesInfo("containers", "length", "count", entry.subject), 0.0))
+                    extra.append((entry.info, 0.0))
                 del self._containers[key]
                 continue
             length = int(lens[index])
@@ -333,7 +333,7 @@ class LeakWatch:
                 continue
             if entry.reported:
                 if entry.subject:
-                    extra.append((SeriesInfo("containers", "length", "count", entry.subject), float(length)))
+                    extra.append((entry.info, float(length)))
             elif entry.grew >= GROWING_WALKS and len(entry.history) > GROWING_WALKS:
                 self._report_container(entry, obj, _census_lists(census) + [containers], extra)
                 if entry.reported and not entry.subject:
@@ -389,21 +389,19 @@ class LeakWatch:
         items = _item_kind(obj)
         kind = entry.kind.__name__ + (f" of {items}" if items else "")
         entry.subject = " → ".join(path + [kind])[:240]
-        # The lengths seen so far, at their own steps, then the series goes on.
-        for step, wall_time, length in entry.history:
-            point = [(SeriesInfo("containers", "length", "count", entry.subject), float(length))]
-            self._pending_backfill.append((step, wall_time, point))
+        # The lengths seen before go into the series' plugin data (points at
+        # past steps would make TensorBoard drop the later points of every
+        # series, as after a restart); the series goes on from this walk.
+        before = [[int(s), round(float(w), 3), int(n)] for s, w, n in entry.history[:-1]]
+        entry.info = SeriesInfo("containers", "length", "count", entry.subject,
+                                detail=json.dumps({"format": 1, "before": before}, separators=(",", ":")))
+        extra.append((entry.info, float(entry.history[-1][2])))
 
     # -- analysis and traces --------------------------------------------------
 
     def _analyse(self, step, wall_time, census, write) -> None:
         from tb_leak_plugin.analysis.report import build_run_report
 
-        if self._pending_backfill:
-            backfill, self._pending_backfill = self._pending_backfill, []
-            for point_step, point_wall, point in backfill:
-                write(point_step, point, point_wall)
-                self.history.record(point_step, point_wall, point)
         started = time.perf_counter()
         report = build_run_report(self.history.run_data(self.run_name, self._held_by))
         self.analysis_seconds += time.perf_counter() - started
