@@ -375,16 +375,18 @@ NO_TENSORFLOW = {"plain_python"}
 EXPECTED_CAUSE = {
     # (culprit kind, a piece of its name or its hint); a tuple of them where
     # two culprits name the same cause (live tensors as a type or a series).
-    "tensor_history": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
+    # The profiler trace's op whose outputs are never freed names the same cause.
+    "tensor_history": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("op", "op_retains")),
     "retracing": (("retracing", "train_step"), ("retracing", "eager context functions")),
     "keras_in_loop": (("runtime", "keras_names"), ("series", "native_memory")),
     "data_pipeline": ("object_type", "py_function_registry"),
     "unbounded_cache": ("tensors", "numpy"),
-    "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
+    "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("op", "op_retains")),
     "plain_python": ("tensors", "numpy"),
     "v1_graph_growth": ("graph", "graph_grows"),
     "session_per_step": ("object_type", "Session"),
-    "inplace_updates": (("object_type", "EagerTensor"), ("tensors", "tensors_kept")),
+    "inplace_updates": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("container", "`kept`"),
+                        ("op", "op_retains")),
     "function_per_step": (("retracing", "eager context functions"), ("retracing", "train_step")),
     "graph_in_loop": ("graph", "graph_grows"),
 }

@@ -65,8 +65,18 @@ def _causes(pattern):
     return causes if isinstance(causes[0], tuple) else (causes,)
 
 
+def _top(run, count=3) -> list:
+    """The top culprits, with those merged into them as held at the same
+    place (``details.also``: one leak, reported once)."""
+    out = []
+    for culprit in run["culprits"][:count]:
+        out.append(culprit)
+        out += [dict(other, hint=None) for other in culprit["details"].get("also") or []]
+    return out
+
+
 def _names_cause(pattern, run) -> bool:
-    top = run["culprits"][:3]
+    top = _top(run)
     return any(c["kind"] == kind and (needle in c["name"] or needle == c["hint"])
                for kind, needle in _causes(pattern) for c in top)
 

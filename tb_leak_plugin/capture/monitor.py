@@ -456,20 +456,15 @@ class Monitor:
             if self._watch is not None:
                 self._watch.history.record(step, wall_time, sample)
                 if walking:
-                    # Paid from the heap walk's spending, not counted in its
-                    # cost (a trace runs once per culprit, not every walk).
-                    watch_s = self._watch.after_walk(step, wall_time, census, self._write_extra,
-                                                     costs.get("heap", 0.0))
-                    heap = next((u for u in due if u.needs_objects), None)
-                    if heap is not None:
-                        heap.spent_s += watch_s
+                    # Not charged to the heap walks (fewer walks would cost
+                    # the census its verdicts): the watch caps itself at a
+                    # share of what the walks cost (online.WATCH_SHARE).
+                    self._watch.after_walk(step, wall_time, census, self._write_extra, costs.get("heap", 0.0))
                 else:
                     cheap = next((u for u in due if u.name == "cheap"), None)
                     if cheap is not None:
-                        # Paid from the heap walks' share (the larger one).
-                        spent = self._watch.between_walks(cheap.runs + 1)
+                        self._watch.between_walks(cheap.runs + 1)
                         payer = next((u for u in self._units if u.needs_objects), cheap)
-                        payer.spent_s += spent
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
         finally:

@@ -22,8 +22,10 @@ After each heap walk the monitor hands the walk to a :class:`LeakWatch`:
   warning with the culprit, its trace and the projected time to running out
   of memory, and calls ``on_leak(report)``.
 
-Everything here runs inside the monitor's lock and heap-walk lock, is paid
-from the heap walk's share of the budget, and never raises into the loop.
+Everything here runs inside the monitor's lock and heap-walk lock, costs at
+most ``WATCH_SHARE`` (a quarter) of what the heap walks cost on top of them
+(charged to them, it would leave short runs with too few walks for the
+census), and never raises into the loop.
 """
 
 from __future__ import annotations
@@ -67,8 +69,13 @@ MAX_CONTAINERS = 8
 MAX_CONTAINER_IDS = 2_000_000
 # The analysis runs from this many heap walks on.
 MIN_WALKS_FOR_ANALYSIS = 2
-# The watch (analysis and traces) spends at most this share of the heap walks' own cost.
-WATCH_SHARE = 0.35
+# Between heap walks the memory series are analysed only once one of them has
+# grown by this share of its first value (the analysis allocates: run for
+# nothing, it would move the C allocator's bytes of a clean run).
+MEMORY_GROWTH_TO_ANALYSE = 0.02
+# The watch (analysis and traces, on top of the walks) spends at most this
+# share of what the heap walks themselves cost.
+WATCH_SHARE = 0.25
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
@@ -117,6 +124,17 @@ class History:
                 n = half
             steps[row, n], walls[row, n], values[row, n] = step, wall_time, value
             counts[row] = n + 1
+
+    def memory_grew(self, share: float) -> bool:
+        """Whether a memory series has grown by ``share`` of its first value
+        (a cheap check before the analysis, which allocates)."""
+        for info, row in self._index.items():
+            if info.group in _MEMORY_GROUPS and info.unit == "bytes":
+                n = int(self._counts[row])
+                first, last = self._values[row, 0], self._values[row, n - 1] if n else 0.0
+                if n > 1 and first > 0 and last - first >= share * first:
+                    return True
+        return False
 
     def run_data(self, name: str, held_by=(), groups=None):
         from tb_leak_plugin.analysis.series import RunData, Series
@@ -189,8 +207,8 @@ class LeakWatch:
 
     def _worth_analysing(self, walk_s: float) -> bool:
         """Whether the analysis is worth its cost at this walk: something rose
-        since the first walk, and the watch has spent under a third of what
-        the walks themselves cost."""
+        since the first walk, and the watch has spent under ``WATCH_SHARE`` of
+        what the walks themselves cost."""
         self._walk_seconds += walk_s
         if self.trace_seconds + self.analysis_seconds > WATCH_SHARE * self._walk_seconds:
             return False
@@ -221,10 +239,13 @@ class LeakWatch:
         return time.perf_counter() - started
 
     def between_walks(self, runs: int) -> float:
-        """After a run of the cheap probes: at their 16th, 32nd, 64th, ...
-        run, the analysis runs on the points so far (no census, no trace),
-        so that memory growth is told without waiting for a heap walk."""
-        if self._failed or runs < 16 or runs & (runs - 1):
+        """After a run of the cheap probes: at their 32nd, 128th, 512th, ...
+        run, the analysis runs on the memory series so far (no census, no
+        trace), so that memory growth is told without waiting for a heap walk."""
+        # At runs 32, 128, 512, ... (powers of 4), until memory growth is told.
+        if self._failed or self._memory_leaks or runs < 32 or runs & (runs - 1) or (runs.bit_length() - 1) % 2 == 0:
+            return 0.0
+        if not self.history.memory_grew(MEMORY_GROWTH_TO_ANALYSE):
             return 0.0
         started = time.perf_counter()
         try:
@@ -638,7 +659,9 @@ def _census_lists(census) -> list:
 
 def _trace_detail(culprit, step, live, new, since, result) -> dict:
     # Instances that tb-leak's own state holds (points it keeps) are left out.
-    held = [h for h in result.held_by if h.signature not in result.own]
+    # A class's own namespace (the instance is a class's __dict__) holds nothing.
+    held = [h for h in result.held_by if h.signature not in result.own
+            and not (len(h.path) == 1 and h.path[0].startswith("namespace of class"))]
     ours = sum(h.instances for h in result.held_by) - sum(h.instances for h in held)
     found = max(result.found - ours, 1)
     base = max((new if since is not None else live) - int(round(ours / max(result.found, 1) *

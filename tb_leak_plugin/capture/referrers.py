@@ -241,7 +241,11 @@ def _hop(holder, child, roots: _Roots) -> tuple[str, bool]:
             key = _dict_key(holder.__dict__, child)
         except Exception:
             pass
-        name = key[1:-1] if key and key.startswith("'") else (key or "?")
+        if key is None:
+            # The class's own namespace dict, or something only the type's C
+            # slots hold: no attribute to name.
+            return f"namespace of class `{_short(getattr(holder, '__qualname__', '?'))}`", True
+        name = key[1:-1] if key.startswith("'") else key
         return f"class attribute `{_short(getattr(holder, '__qualname__', '?'))}.{name}`", True
     kind = type(holder)
     if kind is dict:
@@ -405,9 +409,10 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
                 ("global `" + _PACKAGE + ".", "global `" + _PACKAGE + "`"))
             hops = [_hop(chain_nodes[i], chain_nodes[i + 1], roots)[0] for i in range(len(chain_nodes) - 1)]
             path = [root_label] + _collapse(hops, chain_nodes[:-1])
-            if root_label.endswith(".?`") and len(path) > 1 and path[1].startswith("dict['"):
+            if root_label.startswith("namespace of class `") and len(path) > 1 and path[1].startswith("dict['"):
                 # type -> its namespace dict -> value: one class attribute.
-                path = [root_label[:-3] + "." + path[1][len("dict['"):-2] + "`"] + path[2:]
+                path = ["class attribute `" + root_label[len("namespace of class `"):-1] + "."
+                        + path[1][len("dict['"):-2] + "`"] + path[2:]
             chain_nodes = None
             if suffixes is not None and suffixes[index]:
                 path = path + list(suffixes[index])
