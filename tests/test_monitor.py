@@ -230,9 +230,12 @@ def test_monitor_stays_within_overhead_budget(tmp_path):
     stats = json.loads(result.stdout.strip().splitlines()[-1])
     during, after = stats["during"], stats["after"]
     slack = 0.25  # timer noise on a shared machine
-    assert during["monitor_seconds"] <= 0.01 * during["train_seconds"] + 2.0 + slack, during
+    # The budget (1% + 2 s), plus the leak watch, which caps itself at a
+    # quarter of what the heap walks cost (README "Leak traces").
+    watch = 1.25
+    assert during["monitor_seconds"] <= watch * (0.01 * during["train_seconds"] + 2.0) + slack, during
     final_walk = after["units"]["heap"]["cost_seconds"]
-    assert after["monitor_seconds"] <= 0.01 * after["train_seconds"] + 2.0 + final_walk + slack, after
+    assert after["monitor_seconds"] <= watch * (0.01 * after["train_seconds"] + 2.0 + final_walk) + slack, after
     # Four seconds are enough to judge: many cheap samples, several heap walks.
     assert after["units"]["cheap"]["runs"] >= 100, after
     assert after["units"]["heap"]["runs"] >= 5, after
