@@ -630,9 +630,9 @@ def _clean_result(ev: _Evidence, checks: _Checks) -> TrendResult | None:
         elif kind == "stopped":
             t_slope, t_se, t_df = an.tail
             p_value = max(p_value, t_sf(t_slope / t_se, t_df) if t_se > 0 else 1.0)
-            reason = (f"grew until about step {int(an.t_end - TAIL_FRACTION * window)}, "
-                      f"then stopped: at most {upper_txt} more over the last "
-                      f"{_samples_since(ev.steps, an.t_end - TAIL_FRACTION * window)} samples")
+            tail_from = an.t_end - TAIL_FRACTION * window
+            reason = (f"grew, then stopped: at most {upper_txt} more over the last "
+                      f"{_samples_since(ev.steps, tail_from)} samples (steps {int(tail_from)}-{int(an.t_end)})")
         elif ev.n_resets:
             reason = (f"a buffer that fills and is cleared ({ev.n_resets} resets); its floor "
                       f"grows at most {upper_txt} over the run")

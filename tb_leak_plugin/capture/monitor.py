@@ -443,10 +443,15 @@ class Monitor:
                 if self._watch is not None:
                     self._watch.announce(census)
                 walk_cost = time.perf_counter() - started
+            walked = None  # what the heap walk sampled: cheap probes do not repeat it
             for unit in sorted(due, key=lambda u: not u.needs_objects):
                 started = time.perf_counter()
+                if walking and not unit.needs_objects and walked is None:
+                    walked = {info for info, _value in sample}
                 for probe in list(unit.probes):
                     values = self._guarded(unit, probe, probe.sample, census if probe.needs_objects else None)
+                    if values and walked:
+                        values = [item for item in values if item[0] not in walked]
                     if values:
                         sample.extend(values)
                 costs[unit.name] = time.perf_counter() - started

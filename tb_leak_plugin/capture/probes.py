@@ -638,9 +638,14 @@ class TFFunctionProbe(Probe):
     name = "tf_function"
     needs_objects = True
 
+    #: Instances whose traces the cheap companion reads between walks.
+    MAX_KNOWN = 256
+
     def __init__(self, max_functions: int = 32):
         self.max_functions = max_functions
         self._followed: list[str] = []
+        #: ``(name, weakref)`` of the followed functions the last walk found.
+        self.known: list = []
 
     def announce(self, census: "Census") -> None:
         if _tf() is not None:
@@ -654,6 +659,7 @@ class TFFunctionProbe(Probe):
         traces: dict[str, int] = {}
         instances: dict[str, int] = {}
         function_types = _function_types(census)
+        found = []
         for function in census.instances_of(*function_types):
             try:
                 count = function.experimental_get_tracing_count()
@@ -662,17 +668,54 @@ class TFFunctionProbe(Probe):
                 continue
             traces[name] = traces.get(name, 0) + int(count)
             instances[name] = instances.get(name, 0) + 1
+            found.append((name, function))
         followed = set(self._followed)
         for name in sorted(traces, key=lambda n: (-traces[n], n)):
             if len(self._followed) >= self.max_functions:
                 break
             if name not in followed:
                 self._followed.append(name)
+        followed = set(self._followed)
+        known = []
+        for name, function in found:
+            if name in followed and len(known) < self.MAX_KNOWN:
+                try:
+                    known.append((name, weakref.ref(function)))
+                except TypeError:
+                    pass
+        self.known = known
         sample: Sample = []
         for name in self._followed:
             sample.append((SeriesInfo("tf_function", "traces", "traces", name), float(traces.get(name, 0))))
             sample.append((SeriesInfo("tf_function", "instances", "count", name), float(instances.get(name, 0))))
         return sample
+
+
+class TFFunctionTracesProbe(Probe):
+    """Between heap walks: the traces of the ``tf.function`` instances the
+    last walk found (weak references; about 0.3 µs each), under the same
+    series as :class:`TFFunctionProbe`. A trace count is exact, so its
+    series then shows every step where it grows and where it stops; new
+    instances join at the next walk (their names' ``instances`` series and
+    the census count them meanwhile)."""
+
+    name = "tf_function_traces"
+
+    def __init__(self, walk_probe: TFFunctionProbe):
+        self.walk_probe = walk_probe
+
+    def sample(self, objects=None) -> Sample:
+        traces: dict[str, int] = {}
+        for name, ref in self.walk_probe.known:
+            function = ref()
+            if function is None:
+                continue
+            try:
+                traces[name] = traces.get(name, 0) + int(function.experimental_get_tracing_count())
+            except Exception:
+                continue
+        return [(SeriesInfo("tf_function", "traces", "traces", name), float(count))
+                for name, count in traces.items()]
 
 
 class TFGraphProbe(Probe):
@@ -781,7 +824,10 @@ def make_probes(names, on_skip=None, top_k: int = 20, max_types: int = 64) -> li
             made.append(name)
             continue
         try:
-            made.append(factories[name]())
+            probe = factories[name]()
+            made.append(probe)
+            if isinstance(probe, TFFunctionProbe):
+                made.append(TFFunctionTracesProbe(probe))
         except ProbeUnavailable as why:
             if on_skip is not None:
                 on_skip(f"probe {name!r} is not available here ({why}); skipped")
