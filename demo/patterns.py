@@ -49,6 +49,7 @@ def tensor_history(run_dir, leaky, steps, profile):
 
 def retracing(run_dir, leaky, steps, profile):
     """A tf.function called with a new Python float every step: one new graph per call."""
+    import numpy as np
     import tensorflow as tf
 
     w = tf.Variable(tf.random.normal([64, 64], stddev=0.05))
@@ -67,7 +68,10 @@ def retracing(run_dir, leaky, steps, profile):
             if leaky:
                 train_step(x, learning_rate)  # LEAK: a Python float is part of the trace key
             else:
-                train_step(x, tf.constant(learning_rate))  # FIX: pass a tensor
+                # FIX: pass the rate as a numpy value (one trace for every value). Not
+                # tf.constant(learning_rate): TensorFlow caches every Python number it
+                # converts to a tensor, for good (~0.6 KiB each, a new one every step).
+                train_step(x, np.float32(learning_rate))
             monitor.sample(step)
 
 
@@ -291,6 +295,7 @@ def inplace_updates(run_dir, leaky, steps, profile):
 
 def function_per_step(run_dir, leaky, steps, profile):
     """A new tf.function built every iteration and kept (a "compile cache" keyed per step)."""
+    import numpy as np
     import tensorflow as tf
 
     w = tf.Variable(tf.random.normal([256, 256], stddev=0.05))
@@ -323,7 +328,7 @@ def function_per_step(run_dir, leaky, steps, profile):
                     compiled[learning_rate] = make_train_step(learning_rate)
                 compiled[learning_rate](x)
             else:
-                train_step(x, tf.constant(learning_rate))  # ... with the rate passed as a tensor
+                train_step(x, np.float32(learning_rate))  # ... the rate passed as a numpy value
             monitor.sample(step)
 
 

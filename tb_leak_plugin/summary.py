@@ -133,12 +133,16 @@ class TFSummaryWriter:
         written = False
         # Outside tf.function the ops run eagerly; a recording condition of
         # the user's (tf.summary.record_if) is honoured by tf.summary.write.
+        # Numbers go in as numpy values: TensorFlow caches every Python number
+        # it converts to a tensor for good (~0.6 KiB each), and every value
+        # and step here is new.
+        step_value = np.int64(step)
         for info, value in sample:
             written = bool(
                 tf.summary.write(
                     info.tag,
-                    tf.constant(float(value), dtype=tf.float32),
-                    step=int(step),
+                    tf.constant(np.float32(value)),
+                    step=step_value,
                     metadata=self._metadata_bytes(info),
                 )
             ) or written

@@ -144,6 +144,29 @@ def test_monitor_without_logdir_uses_default_tf_writer(tmp_path):
     assert list(run.series["leak/process/rss_bytes"].steps) == [0, 1, 2, 3, 4]
 
 
+def test_writing_through_tf_summary_keeps_no_memory_per_sample(tmp_path):
+    # TensorFlow caches every Python number converted to a tensor for good
+    # (~0.6 KiB each); new values and steps at every sample must not go there.
+    from tb_leak_plugin.metadata import SeriesInfo
+    from tb_leak_plugin.summary import TFSummaryWriter
+
+    malloc = probes.MallocProbe()
+    info = SeriesInfo("process", "rss", "bytes")
+    writer = tf.summary.create_file_writer(str(tmp_path / "tfw"))
+    summary_writer = TFSummaryWriter(writer)
+    for step in range(100):  # warm up: the ops' kernels, the writer's buffers
+        summary_writer.write(step, [(info, 1e8 + step * 4097.0)])
+    writer.flush()
+    before = malloc.sample()[0][1]
+    for step in range(100, 2100):
+        summary_writer.write(step, [(info, 1e8 + step * 4097.0)])
+    writer.flush()
+    grown = malloc.sample()[0][1] - before
+    assert grown < 200 << 10, f"{grown / 2000:.0f} bytes kept per sample"
+    run = loading.load_run("tfw", str(tmp_path / "tfw"))
+    assert list(run.series[info.tag].steps) == list(range(2100))
+
+
 def test_keras_callback_writes_one_point_per_batch(tmp_path, data_provider_reader):
     import keras
 

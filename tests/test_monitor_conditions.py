@@ -131,10 +131,28 @@ def test_full_disk_bounds_the_backlog_and_keeps_what_fits(small_disk, caplog):
     assert len(steps) >= 3 and steps[-1] <= stopped_at
 
 
-def test_partial_flush_writes_whole_records_and_keeps_the_rest(small_disk):
+def test_pending_records_are_written_before_they_pile_up(tmp_path):
+    from tb_leak_plugin.eventfile import writer as event_writer
+    from tensorboard.compat.proto import event_pb2
+
+    writer = event_writer.RecordEventWriter(str(tmp_path / "run"), flush_secs=1e9)
+    most = 0
+    for step in range(2000):  # ~2 MiB of records, no timed flush in sight
+        writer.add_event(event_pb2.Event(step=step, file_version="x" * 1000))
+        most = max(most, writer._pending_bytes)
+    # The buffer is memory of the process being measured: it stays small.
+    assert most < event_writer.FLUSH_PENDING_BYTES + 1100
+    assert os.path.getsize(writer.path) > 1900 * 1000
+    writer.close()
+    assert len(list(reader.iter_records(writer.path, []))) == 2001
+
+
+def test_partial_flush_writes_whole_records_and_keeps_the_rest(small_disk, monkeypatch):
+    from tb_leak_plugin.eventfile import writer as event_writer
     from tb_leak_plugin.eventfile.writer import RecordEventWriter
     from tensorboard.compat.proto import event_pb2
 
+    monkeypatch.setattr(event_writer, "FLUSH_PENDING_BYTES", 1 << 30)  # one flush, below
     writer = RecordEventWriter(str(small_disk / "run"), flush_secs=1e9)
     payload = "x" * 900
     for step in range(400):  # ~370 KiB: about half fits

@@ -130,11 +130,15 @@ HINTS = {
         "Process memory grows outside the Python heap and TensorFlow's allocators",
         "RSS grows while neither the Python objects nor TensorFlow's allocators do. In TensorFlow this "
         "is most often runtime state left by objects built inside the loop: Keras models or layers "
-        "(their variables, names and functions), tf.functions, datasets. Otherwise: native memory of "
-        "a C extension, or fragmentation of the C allocator.",
+        "(their variables, names and functions), tf.functions, datasets; or TensorFlow's scalar "
+        "cache, which keeps every distinct Python number converted to a tensor for good (about "
+        "0.6 KiB each: `tf.constant(lr)` of a new float, `v.assign(x)`, `tf.summary.scalar(..., "
+        "step=step)` with a Python int, every step). Otherwise: native memory of a C extension, or "
+        "fragmentation of the C allocator.",
         "Build models, layers and tf.functions once, outside the loop; if throwaway models are needed, "
-        "call `keras.backend.clear_session()` after each. For native libraries try jemalloc or "
-        "tcmalloc via `LD_PRELOAD`.",
+        "call `keras.backend.clear_session()` after each. Pass numbers that change every step as "
+        "numpy values (`np.float32(lr)`, `np.int64(step)`) or keep them in a `tf.Variable`. For "
+        "native libraries try jemalloc or tcmalloc via `LD_PRELOAD`.",
     ),
     "graph_grows": Hint(
         "graph_grows",

@@ -428,10 +428,25 @@ class Monitor:
             if not due:
                 return
         try:
+            walk_cost = 0.0
             if walking:
                 started = time.perf_counter()
                 if self.census_collects_garbage:
                     self._collect_garbage()
+                walk_cost = time.perf_counter() - started
+            # The cheap probes read memory after the collection and before the
+            # walk's object list exists (~8 bytes per tracked object).
+            cheap_sample = []
+            for unit in due:
+                if not unit.needs_objects:
+                    started = time.perf_counter()
+                    for probe in list(unit.probes):
+                        values = self._guarded(unit, probe, probe.sample, None)
+                        if values:
+                            cheap_sample.extend(values)
+                    costs[unit.name] = time.perf_counter() - started
+            if walking:
+                started = time.perf_counter()
                 census = probes_lib.collect_objects()
                 census.final = self._finalizing
                 if self._garbage_found is not None:
@@ -442,21 +457,22 @@ class Monitor:
                             self._guarded(unit, probe, probe.announce, census)
                 if self._watch is not None:
                     self._watch.announce(census)
-                walk_cost = time.perf_counter() - started
-            walked = None  # what the heap walk sampled: cheap probes do not repeat it
-            for unit in sorted(due, key=lambda u: not u.needs_objects):
-                started = time.perf_counter()
-                if walking and not unit.needs_objects and walked is None:
+                walk_cost += time.perf_counter() - started
+                heap_units = [u for u in due if u.needs_objects]
+                for unit in heap_units:
+                    started = time.perf_counter()
+                    for probe in list(unit.probes):
+                        if probe.needs_objects:
+                            values = self._guarded(unit, probe, probe.sample, census)
+                            if values:
+                                sample.extend(values)
+                    costs[unit.name] = time.perf_counter() - started + walk_cost / len(heap_units)
+                if cheap_sample and sample:
+                    # What the walk sampled (a tf.function's traces) stands over
+                    # the cheap reading of the same series.
                     walked = {info for info, _value in sample}
-                for probe in list(unit.probes):
-                    values = self._guarded(unit, probe, probe.sample, census if probe.needs_objects else None)
-                    if values and walked:
-                        values = [item for item in values if item[0] not in walked]
-                    if values:
-                        sample.extend(values)
-                costs[unit.name] = time.perf_counter() - started
-                if unit.needs_objects:
-                    costs[unit.name] += walk_cost / sum(u.needs_objects for u in due)
+                    cheap_sample = [item for item in cheap_sample if item[0] not in walked]
+            sample.extend(cheap_sample)
             wall_time = time.time()
             if self._watch is not None:
                 self._watch.history.record(step, wall_time, sample)

@@ -53,6 +53,10 @@ _counter = itertools.count()
 
 # Pending bytes kept while writes fail (about 1,500 samples of ~60 series).
 MAX_PENDING_BYTES = 4 << 20
+# A local file is also written once this much is pending: the records a
+# monitor buffers between timed flushes are memory of the process it
+# measures, and must not look like a leak of it (about 1 KiB a sample).
+FLUSH_PENDING_BYTES = 16 << 10
 # A remote segment is rewritten whole at each flush until it holds this much.
 SEGMENT_BYTES = 256 << 10
 # How long close() keeps retrying the last remote upload.
@@ -98,8 +102,8 @@ class RecordEventWriter:
     """Appends ``Event`` protos to a new event file under the local directory ``logdir``.
 
     Writes are buffered in memory and flushed when ``flush_secs`` have passed
-    since the last flush (checked on each write), on ``flush()`` and on
-    ``close()``. Thread-safe.
+    since the last flush or ``FLUSH_PENDING_BYTES`` are pending (checked on
+    each write), on ``flush()`` and on ``close()``. Thread-safe.
     """
 
     def __init__(self, logdir: str, flush_secs: float = 30.0, filename_suffix: str = ".tbleak",
@@ -154,7 +158,9 @@ class RecordEventWriter:
                 return
             self._pending.append(record)
             self._pending_bytes += len(record)
-            due = time.monotonic() - self._last_flush >= self._flush_secs
+            # Past the size (while writes succeed) or the time since the last flush.
+            due = ((self._pending_bytes >= FLUSH_PENDING_BYTES and not self.failed_flushes)
+                   or time.monotonic() - self._last_flush >= self._flush_secs)
         if due:
             self.flush()
 
