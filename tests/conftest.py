@@ -114,8 +114,7 @@ _TF_SCRIPT = textwrap.dedent(
     def loop(name, keep, profile=None):
         w = tf.random.normal([256, 256])
         kept = []
-        monitor = tb_leak_plugin.Monitor(os.path.join(logdir, name), overhead_budget=1.0,
-                                         profile_steps=profile, flush_secs=1)
+        monitor = tb_leak_plugin.Monitor(os.path.join(logdir, name), profile_steps=profile, flush_secs=1)
         for step in range(steps):
             # 256 KiB per output: large enough to be traced with oneDNN on.
             y = tf.random.normal([256, 256]) @ w

@@ -274,6 +274,7 @@ class Monitor:
             name = os.path.basename(os.path.normpath(logdir)) if logdir else "."
             self._watch = LeakWatch(name, on_leak=on_leak, log=self._log_once)
         self._task_written = False
+        self._watch_s = 0.0  # the watch's own time (part of monitor_seconds)
 
     # -- public API -------------------------------------------------------
 
@@ -381,6 +382,9 @@ class Monitor:
             "units": {u.name: {"runs": u.runs, "cost_seconds": u.cost_s, "spent_seconds": u.spent_s,
                                "probes": [p.name for p in u.probes]}
                       for u in self._units},
+            "watch": None if self._watch is None else {
+                "seconds": self._watch_s, "analysis_seconds": self._watch.analysis_seconds,
+                "trace_seconds": self._watch.trace_seconds},
         }
 
     # -- scheduling -------------------------------------------------------
@@ -480,11 +484,12 @@ class Monitor:
                     # Not charged to the heap walks (fewer walks would cost
                     # the census its verdicts): the watch caps itself at a
                     # share of what the walks cost (online.WATCH_SHARE).
-                    self._watch.after_walk(step, wall_time, census, self._write_extra, costs.get("heap", 0.0))
+                    self._watch_s += self._watch.after_walk(step, wall_time, census, self._write_extra,
+                                                            costs.get("heap", 0.0))
                 else:
                     cheap = next((u for u in due if u.name == "cheap"), None)
                     if cheap is not None:
-                        self._watch.between_walks(cheap.runs + 1)
+                        self._watch_s += self._watch.between_walks(cheap.runs + 1)
                         payer = next((u for u in self._units if u.needs_objects), cheap)
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
