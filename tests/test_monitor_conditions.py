@@ -294,3 +294,22 @@ def test_memory_summary_inside_tf_function_is_measured_each_run(tmp_path):
 
     with writer.as_default(), pytest.raises(RuntimeError, match="tf.function"):
         census_fn()
+
+
+def test_a_dear_numpy_scan_waits_when_the_budget_cannot_pay_for_it():
+    probe = probes.LiveTensorsProbe()
+    probe._numpy_cost_s = 0.5  # a scan that cost half a second last time
+    census = probes.collect_objects()
+    try:
+        census.spare_s = 0.2  # what the walks' budget still has free
+        tags = {info.tag for info, _value in probe.sample(census)}
+        assert "leak/tensors/numpy_count" not in tags
+        census.spare_s = 2.0  # affordable, and due by the probe's own spacing of dear scans
+        probe._numpy_skipped = probe.NUMPY_MAX_SKIP
+        tags = {info.tag for info, _value in probe.sample(census)}
+        assert "leak/tensors/numpy_count" in tags
+        probe._numpy_cost_s, census.spare_s, census.final = 0.5, 0.0, True  # the last walk always scans
+        tags = {info.tag for info, _value in probe.sample(census)}
+        assert "leak/tensors/numpy_count" in tags
+    finally:
+        census.release()

@@ -453,6 +453,7 @@ class Monitor:
                 started = time.perf_counter()
                 census = probes_lib.collect_objects()
                 census.final = self._finalizing
+                census.spare_s = self._walk_spare_s(due)
                 if self._garbage_found is not None:
                     self._garbage_share = self._garbage_found / max(len(census.objects), 1)
                 for unit in due:
@@ -541,6 +542,18 @@ class Monitor:
             unit.runs += 1
             unit.schedule(self.overhead_budget, self.overhead_allowance_s)
         self._units = [u for u in self._units if u.probes]
+
+    def _walk_spare_s(self, due) -> float | None:
+        """What the walks' share of the budget still has free now, beyond
+        this walk's usual cost and the final walk's (None: no budget)."""
+        if self.overhead_budget is None or self._finalizing:
+            return None
+        unit = next((u for u in due if u.needs_objects), None)
+        if unit is None or unit.runs == 0:
+            return None
+        t = self._train_s
+        budget = self.overhead_budget * t + self.overhead_allowance_s * t / (t + ALLOWANCE_HALF_S)
+        return unit.share * budget - unit.spent_s - (1.0 + _FINAL_RESERVE) * unit.cost_s
 
     def _write_extra(self, step, sample, wall_time) -> None:
         try:

@@ -230,6 +230,9 @@ class Census:
         self._kinds: list | None = None
         #: The last census of a run (Monitor.close()): every probe measures fully.
         self.final = False
+        #: Seconds of the walks' budget still free at this walk (None: no
+        #: budget): an optional part dearer than that (the numpy scan) waits.
+        self.spare_s: float | None = None
         self._unhashable = False
         self._by_type: collections.Counter | None = None
         self._wanted: set = set()
@@ -441,6 +444,9 @@ class LiveTensorsProbe(Probe):
             return True
         if self._numpy_cost_s <= self.NUMPY_SCAN_SECONDS:
             return True
+        spare = getattr(census, "spare_s", None)
+        if spare is not None and self._numpy_cost_s > spare:
+            return False  # the budget cannot pay for it now; the last walk scans
         wanted_skips = min(self.NUMPY_MAX_SKIP, int(self._numpy_cost_s / self.NUMPY_SCAN_SECONDS) - 1)
         return self._numpy_skipped >= wanted_skips
 
