@@ -329,3 +329,15 @@ def test_corpus_slice_meets_targets():
     assert len(false_alarms) <= 0.01 * len(clean), false_alarms
     assert len(missed) <= 0.05 * len(standard), missed
     assert len(standard) >= 100
+
+
+def test_a_count_that_rises_twice_late_in_the_run_is_not_a_leak():
+    # Two more functions in the eager context late in model.fit: events, not a leak.
+    steps = np.arange(227, dtype=float)
+    for first in (153, 171, 189):
+        values = 12.0 + (steps >= first) + (steps >= 215)
+        result = assess_series(steps, values, unit="functions")
+        assert result.verdict != "leak", (first, result.reason)
+    # The same count rising every 20 steps is a leak.
+    result = assess_series(steps, 12.0 + steps // 20, unit="functions")
+    assert result.verdict == "leak", result.reason

@@ -82,6 +82,9 @@ ALPHA_LEAK = 1e-4
 ALPHA_AFTER_STEP = 1e-3
 # Growth over the window must be at least this many noise sd to be called a leak.
 MATERIAL_NOISE_SD = 2.0
+# A count (objects, functions, traces) must grow by more than this over the
+# window to be a leak: whole units, so one or two increments are never one.
+MIN_COUNT_GROWTH = 2.5
 # "no_leak" needs the upper 95% bound of ongoing growth below this many noise sd.
 NO_LEAK_NOISE_SD = 3.0
 # Growth has "stopped" when the tail slope is confidently below this share of the slope.
@@ -251,7 +254,8 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         an=an, steps=steps_f, n=n, dropped=dropped, spikes=spikes, unit=unit, noise=noise,
         noise_floor=noise_floor, aliasing=aliasing, level=float(np.median(np.abs(values_f))),
         sps=_steps_per_second(steps_f, walls_f, an.t_onset), available_bytes=available_bytes,
-        n_resets=resets.size if sawtooth else 0))
+        n_resets=resets.size if sawtooth else 0,
+        counts=unit != "bytes" and bool(np.all(values_f == np.round(values_f)))))
 
 
 # --------------------------------------------------------------------------- preparation
@@ -412,6 +416,7 @@ class _Evidence:
     sps: float | None        # training steps per second
     available_bytes: float | None
     n_resets: int            # sawtooth resets (0: no sawtooth)
+    counts: bool = False     # whole numbers of things (not bytes): objects, functions, traces
 
     @property
     def window(self) -> float:
@@ -466,6 +471,10 @@ def _leak_checks(ev: _Evidence) -> _Checks:
     # Aliasing raises the bar for a leak but never lowers the bar for "no_leak":
     # coarse sampling hides a leak as easily as it fakes one.
     material = max(MATERIAL_NOISE_SD * ev.noise_floor, ev.aliasing)
+    if ev.counts:
+        # A count that went up once or twice (one more function traced at
+        # the end of model.fit) is an event, not a leak.
+        material = max(material, MIN_COUNT_GROWTH)
     significant = an.slope > 0 and an.p < ALPHA_LEAK
     # Without a tail to look at, persistence cannot be checked: no leak verdict.
     stopped, weak_tail = False, an.tail is None
