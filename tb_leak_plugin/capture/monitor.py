@@ -370,10 +370,7 @@ class Monitor:
         """Per probe group: runs, last cost and total seconds; overall overhead
         and the budget so far (``budget_seconds``: 1% of training plus the
         allowance released so far)."""
-        budget_s = None
-        if self.overhead_budget is not None:
-            t = self._train_s
-            budget_s = self.overhead_budget * t + self.overhead_allowance_s * t / (t + ALLOWANCE_HALF_S)
+        budget_s = self._budget_s()
         return {
             "overhead": self.overhead,
             "monitor_seconds": self._monitor_s,
@@ -551,9 +548,15 @@ class Monitor:
         unit = next((u for u in due if u.needs_objects), None)
         if unit is None or unit.runs == 0:
             return None
+        return unit.share * self._budget_s() - unit.spent_s - (1.0 + _FINAL_RESERVE) * unit.cost_s
+
+    def _budget_s(self) -> float | None:
+        """Monitor seconds the budget allows so far: the share of the training
+        time plus the allowance released so far (None: no budget)."""
+        if self.overhead_budget is None:
+            return None
         t = self._train_s
-        budget = self.overhead_budget * t + self.overhead_allowance_s * t / (t + ALLOWANCE_HALF_S)
-        return unit.share * budget - unit.spent_s - (1.0 + _FINAL_RESERVE) * unit.cost_s
+        return self.overhead_budget * t + self.overhead_allowance_s * t / (t + ALLOWANCE_HALF_S)
 
     def _write_extra(self, step, sample, wall_time) -> None:
         try:
