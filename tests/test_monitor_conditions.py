@@ -308,7 +308,21 @@ def test_a_dear_numpy_scan_waits_when_the_budget_cannot_pay_for_it():
         probe._numpy_skipped = probe.NUMPY_MAX_SKIP
         tags = {info.tag for info, _value in probe.sample(census)}
         assert "leak/tensors/numpy_count" in tags
-        probe._numpy_cost_s, census.spare_s, census.final = 0.5, 0.0, True  # the last walk always scans
+        # The last walk: a dear scan runs when the run's budget has room for
+        # it and the point makes its series judgeable (three points before).
+        census.final = True
+        probe._numpy_cost_s, census.spare_s, probe._numpy_points = 0.5, 2.0, 1
+        tags = {info.tag for info, _value in probe.sample(census)}
+        assert "leak/tensors/numpy_count" not in tags, "a second point of a dear scan judges nothing"
+        assert probe.final_scan_s() == 0.0
+        probe._numpy_cost_s, probe._numpy_points = 0.5, probe.NUMPY_MIN_POINTS - 1
+        assert probe.final_scan_s() == 0.5
+        tags = {info.tag for info, _value in probe.sample(census)}
+        assert "leak/tensors/numpy_count" in tags
+        probe._numpy_cost_s, census.spare_s = 0.5, 0.1
+        tags = {info.tag for info, _value in probe.sample(census)}
+        assert "leak/tensors/numpy_count" not in tags, "no room left in the run's budget"
+        probe._numpy_cost_s, census.spare_s = 0.01, None  # no budget (overhead_budget=None): always
         tags = {info.tag for info, _value in probe.sample(census)}
         assert "leak/tensors/numpy_count" in tags
     finally:

@@ -75,8 +75,16 @@ _GROUPS = {
     "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
 }
+# Share of the budget no probe group spends (see Monitor.__init__).
+_SLACK = 0.05
+# Seconds kept after the leak watch's work at a walk: writing the sample,
+# releasing the object list.
+_AFTER_WATCH_S = 0.05
 # Room kept in the budget for the final run at close(), in runs of the unit.
 _FINAL_RESERVE = 0.5
+# The final heap walk's foreseen cost is its measured parts times this: the
+# heap has grown since they were measured.
+_FORESIGHT_MARGIN = 1.25
 
 
 class _Unit:
@@ -107,12 +115,22 @@ class _Unit:
         self.runs = 0
         self.needs_objects = any(p.needs_objects for p in probes)
 
-    def schedule(self, budget: float | None, allowance_s: float) -> None:
+    def schedule(self, budget: float | None, allowance_s: float, reserve_s: float | None = None,
+                 next_s: float | None = None) -> None:
+        """``reserve_s``: room kept for the final run at close() (default:
+        ``_FINAL_RESERVE`` runs at the last measured cost); ``next_s``: the
+        next run's foreseen cost (default: the last measured). The next run must
+        fit in the budget released so far, and with the final run in what
+        the run may cost if it ended then (the whole allowance: close() pays
+        the final run from what has not been released yet)."""
         if budget is None:
             self.due_train_s = self.last_train_s
             return
-        need = self.spent_s + (1.0 + _FINAL_RESERVE) * self.cost_s
+        reserve = _FINAL_RESERVE * self.cost_s if reserve_s is None else reserve_s
+        need = self.spent_s + (self.cost_s if next_s is None else next_s)
         paid = _train_time_paying(self.share, budget, allowance_s, need)
+        with_final = ((need + reserve) / self.share - allowance_s) / budget
+        paid = max(paid, with_final)
         # Spacing grows with the training time since the unit's first run (the
         # program may have trained, or set up, long before its first sample).
         since = self.last_train_s - self.first_train_s
@@ -238,7 +256,9 @@ class Monitor:
             "uss": ([p for p in made if p.name == "uss"], census_every_n_steps),
         }
         present = {name: members for name, members in groups.items() if members[0]}
-        total_share = sum(_GROUPS[name]["share"] for name in present) or 1.0
+        # The groups share all but _SLACK of the budget: the rest pays for
+        # what no group is charged (each step's call, the write of a sample).
+        total_share = (sum(_GROUPS[name]["share"] for name in present) or 1.0) / (1.0 - _SLACK)
         self._units = [
             _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spread"],
                   _GROUPS[name]["min_gap_s"], min_steps)
@@ -275,6 +295,14 @@ class Monitor:
             self._watch = LeakWatch(name, on_leak=on_leak, log=self._log_once)
         self._task_written = False
         self._watch_s = 0.0  # the watch's own time (part of monitor_seconds)
+        self._sample_started = time.perf_counter()
+        # Measured parts of a heap walk, from which the final walk's cost is
+        # foreseen: a full collection, the walk itself (object list, probes,
+        # container comparison), the numpy scan.
+        self._full_gc_s: float | None = None
+        self._young_gc_s: float | None = None
+        self._walk_base_s: float | None = None
+        self._numpy_s = 0.0
 
     # -- public API -------------------------------------------------------
 
@@ -287,6 +315,7 @@ class Monitor:
         entered = time.perf_counter()
         if not self._lock.acquire(blocking=False):
             return  # another thread is sampling this monitor right now
+        self._sample_started = entered
         try:
             if self._closed or self._stopped:
                 return
@@ -391,6 +420,7 @@ class Monitor:
             return
         step = self._step
         started = time.perf_counter()
+        self._sample_started = started
         self._train_s += started - self._last_return
         # Heap walk first: its collection runs before the cheap probes read
         # the heap, so the last point of every series counts no garbage.
@@ -404,7 +434,7 @@ class Monitor:
 
     def _run_due_units(self, step: int) -> None:
         now = self._train_s
-        wants_walk = self._watch is not None and self._watch.wants_walk
+        wants_walk = self._watch is not None and self._watch.wants_walk and self._can_walk_now()
         due = [
             unit for unit in self._units
             if unit.runs == 0 or (unit.needs_objects and wants_walk) or (
@@ -416,6 +446,7 @@ class Monitor:
         self._next_due_train_s = min((u.due_train_s for u in self._units), default=float("inf"))
 
     def _run_units(self, step: int, due: list) -> None:
+        run_started = time.perf_counter()
         now = self._train_s
         census = None
         sample = []
@@ -430,11 +461,13 @@ class Monitor:
                 return
         try:
             walk_cost = 0.0
+            gc_s = 0.0
+            full_gc = False
             if walking:
                 started = time.perf_counter()
                 if self.census_collects_garbage:
-                    self._collect_garbage()
-                walk_cost = time.perf_counter() - started
+                    full_gc = self._collect_garbage()
+                walk_cost = gc_s = time.perf_counter() - started
             # The cheap probes read memory after the collection and before the
             # walk's object list exists (~8 bytes per tracked object).
             cheap_sample = []
@@ -450,7 +483,7 @@ class Monitor:
                 started = time.perf_counter()
                 census = probes_lib.collect_objects()
                 census.final = self._finalizing
-                census.spare_s = self._walk_spare_s(due)
+                census.spare_s = self._walk_spare_s(due, gc_s)
                 if self._garbage_found is not None:
                     self._garbage_share = self._garbage_found / max(len(census.objects), 1)
                 for unit in due:
@@ -476,21 +509,35 @@ class Monitor:
                     cheap_sample = [item for item in cheap_sample if item[0] not in walked]
             sample.extend(cheap_sample)
             wall_time = time.time()
+            optional = 0.0  # the watch's analysis and traces at this walk
             if self._watch is not None:
                 self._watch.history.record(step, wall_time, sample)
                 if walking:
-                    # Not charged to the heap walks (fewer walks would cost
-                    # the census its verdicts): the watch caps itself at a
-                    # share of what the walks cost (online.WATCH_SHARE).
-                    self._watch_s += self._watch.after_walk(step, wall_time, census, self._write_extra,
-                                                            costs.get("heap", 0.0))
+                    # Charged to the heap walk: the watch's analyses and
+                    # traces take what the budget has free (and at most
+                    # online.WATCH_SHARE of what the walks cost).
+                    before = self._watch.analysis_seconds + self._watch.trace_seconds
+                    spent = self._watch.after_walk(step, wall_time, census, self._write_extra,
+                                                   costs.get("heap", 0.0), spare_s=self._watch_spare_s(due))
+                    self._watch_s += spent
+                    heap = next((u for u in due if u.needs_objects), None)
+                    if heap is not None:
+                        costs[heap.name] = costs.get(heap.name, 0.0) + spent
+                    optional = self._watch.analysis_seconds + self._watch.trace_seconds - before
                 else:
                     cheap = next((u for u in due if u.name == "cheap"), None)
                     if cheap is not None:
-                        self._watch_s += self._watch.between_walks(cheap.runs + 1)
+                        spent = self._watch.between_walks(cheap.runs + 1)
+                        self._watch_s += spent
+                        costs["cheap"] = costs.get("cheap", 0.0) + spent
                         payer = next((u for u in self._units if u.needs_objects), cheap)
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
+            if walking:
+                # The watch's container comparison is part of every walk; its
+                # analysis and traces are foreseen on their own.
+                self._learn_walk(census, gc_s, full_gc,
+                                 sum(costs[u.name] for u in due if u.needs_objects) - optional)
         finally:
             # Release the object list before writing: the census keeps nothing.
             if census is not None:
@@ -518,10 +565,11 @@ class Monitor:
             if self._write_failures >= _MAX_WRITE_FAILURES:
                 self._stop(f"{_MAX_WRITE_FAILURES} writes failed in a row; the monitor stops sampling "
                            "(what is pending is written at close() if space returns)")
-        write_cost = (time.perf_counter() - started) / len(due)
+        # Writing, the history, releasing the object list: paid for by the
+        # groups that ran, alike.
+        shared_cost = max(time.perf_counter() - run_started - sum(costs.values()), 0.0) / len(due)
         for unit in due:
-            # Writing is paid for by the groups that produced the values.
-            cost = costs.get(unit.name, 0.0) + write_cost
+            cost = costs.get(unit.name, 0.0) + shared_cost
             if unit.runs == 0:
                 # The first run pays one-time costs (the collector's first full
                 # pass over a young heap, TensorFlow's first eager op): schedule
@@ -537,18 +585,110 @@ class Monitor:
             if unit.runs == 0:
                 unit.first_train_s = now
             unit.runs += 1
-            unit.schedule(self.overhead_budget, self.overhead_allowance_s)
+            if unit.needs_objects:
+                unit.schedule(self.overhead_budget, self.overhead_allowance_s, self._final_walk_s(),
+                              self._next_walk_s())
+            else:
+                unit.schedule(self.overhead_budget, self.overhead_allowance_s)
         self._units = [u for u in self._units if u.probes]
 
-    def _walk_spare_s(self, due) -> float | None:
-        """What the walks' share of the budget still has free now, beyond
-        this walk's usual cost and the final walk's (None: no budget)."""
-        if self.overhead_budget is None or self._finalizing:
+    def _can_walk_now(self) -> bool:
+        """Whether a heap walk out of schedule (the leak watch asks for one to
+        name a holder) fits in the budget, with the final walk's room kept;
+        if not, the final walk names the holder."""
+        if self.overhead_budget is None:
+            return True
+        unit = next((u for u in self._units if u.needs_objects), None)
+        if unit is None:
+            return False
+        need = unit.spent_s + unit.cost_s + (self._final_walk_s() or unit.cost_s)
+        return need <= unit.share * self._run_budget_s()
+
+    def _learn_walk(self, census, gc_s: float, full_gc: bool, walk_s: float) -> None:
+        """Note the measured parts of this walk (see ``_final_walk_s``)."""
+        numpy_s = getattr(census, "numpy_s", 0.0)
+        if numpy_s > 0:
+            self._numpy_s = numpy_s
+        if full_gc:
+            self._full_gc_s = gc_s
+        else:
+            self._young_gc_s = gc_s
+        base = max(walk_s - gc_s - numpy_s, 0.0)
+        self._walk_base_s = base if self._walk_base_s is None else 0.5 * (self._walk_base_s + base)
+
+    def _tensors_probe(self):
+        return next((p for u in self._units for p in u.probes if isinstance(p, probes_lib.LiveTensorsProbe)), None)
+
+    def _full_collection_next(self) -> bool:
+        return (self._walks_since_full >= _FULL_COLLECT_EVERY - 1 or self._garbage_share is None
+                or self._garbage_share > _GARBAGE_SHARE_FOR_FULL)
+
+    def _next_walk_s(self) -> float | None:
+        """The next walk's foreseen cost: the walk, its collection (full or
+        young, as it will be), and the numpy scan where it is cheap enough to
+        run at every walk (a dear one waits for spare budget, see
+        ``_walk_spare_s``). None: no walk measured yet."""
+        if self._walk_base_s is None:
+            return None
+        collect = 0.0
+        if self.census_collects_garbage:
+            collect = (self._full_gc_s if self._full_collection_next() else self._young_gc_s) or 0.0
+        tensors = self._tensors_probe()
+        numpy_s = 0.0
+        if tensors is not None and tensors._numpy_cost_s <= tensors.NUMPY_SCAN_SECONDS:
+            numpy_s = tensors._numpy_cost_s
+        return self._walk_base_s + collect + numpy_s
+
+    def _final_walk_s(self) -> float | None:
+        """The foreseen cost of the walk at close(): its collection (full
+        while the program makes cyclic garbage worth counting), the walk, the
+        numpy scan and the watch's last analysis (None: no walk measured yet)."""
+        if self._walk_base_s is None:
+            return None
+        young = self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL
+        collect = ((self._young_gc_s if young else self._full_gc_s) or 0.0) if self.census_collects_garbage else 0.0
+        analysis = self._watch.analysis_cost_s if self._watch is not None else 0.0
+        tensors = self._tensors_probe()
+        numpy_s = tensors.final_scan_s() if tensors is not None else 0.0
+        return _FORESIGHT_MARGIN * (collect + self._walk_base_s + numpy_s + analysis)
+
+    def _walk_spare_s(self, due, gc_s: float = 0.0) -> float | None:
+        """What the budget still has free now for this walk's optional part
+        (the numpy scan), beyond the walk's own cost and, before close(), the
+        final walk's (None: no budget)."""
+        if self.overhead_budget is None:
             return None
         unit = next((u for u in due if u.needs_objects), None)
         if unit is None or unit.runs == 0:
             return None
-        return unit.share * self._budget_s() - unit.spent_s - (1.0 + _FINAL_RESERVE) * unit.cost_s
+        base = self._walk_base_s or 0.0
+        if self._finalizing:
+            return self._run_budget_s() - self._spent_now() - base
+        walk = unit.spent_s + gc_s + base
+        return min(unit.share * self._budget_s() - walk,
+                   unit.share * self._run_budget_s() - walk - (self._final_walk_s() or 0.0))
+
+    def _watch_spare_s(self, due) -> float | None:
+        """Seconds the leak watch may spend after this walk (None: no limit)."""
+        if self.overhead_budget is None:
+            return None
+        if self._finalizing:
+            return self._run_budget_s() - self._spent_now() - 2 * _AFTER_WATCH_S
+        unit = next((u for u in due if u.needs_objects), None)
+        if unit is None:
+            return None
+        walk = unit.spent_s + time.perf_counter() - self._sample_started + _AFTER_WATCH_S
+        return min(unit.share * self._budget_s() - walk,
+                   unit.share * self._run_budget_s() - walk - (self._final_walk_s() or 0.0))
+
+    def _spent_now(self) -> float:
+        """Monitor seconds so far, the sample in progress included."""
+        return self._monitor_s + (time.perf_counter() - self._sample_started)
+
+    def _run_budget_s(self) -> float:
+        """What the whole run may cost when it ends: its share of the
+        training time plus the whole allowance."""
+        return self.overhead_budget * self._train_s + self.overhead_allowance_s
 
     def _budget_s(self) -> float | None:
         """Monitor seconds the budget allows so far: the share of the training
@@ -567,20 +707,34 @@ class Monitor:
     @property
     def report(self):
         """The analysis of the run so far (a ``RunReport``, as ``tb-leak
-        analyze`` would give), from the last heap walk; None before the third."""
-        return self._watch.last_report if self._watch is not None else None
+        analyze`` would give), from the last heap walk that had budget for
+        it; after close(), of the whole run. None before the second walk."""
+        if self._watch is None:
+            return None
+        if self._closed:
+            try:
+                self._watch.bring_report_up_to_date()  # the run is over: no budget to keep
+            except Exception as error:
+                self._log_once(f"analysis failed: {type(error).__name__}: {error}")
+        return self._watch.last_report
 
-    def _collect_garbage(self) -> None:
+    def _collect_garbage(self) -> bool:
         """Collect before a census, so waiting cycles are not counted as live.
 
         A full collection traverses the whole heap (about half of a heap
         walk on a TensorFlow heap). It runs on the first and last walks, on
         every ``_FULL_COLLECT_EVERY``-th, and whenever the last full one found
         cyclic garbage worth counting; in between, collecting the young
-        generations catches the cycles made since the last walk.
+        generations catches the cycles made since the last walk. The last
+        walk's is full only when the run's budget has room for it, or the
+        last full one found garbage worth counting. Returns whether it was full.
         """
-        full = (self._finalizing or self._walks_since_full >= _FULL_COLLECT_EVERY - 1
-                or self._garbage_share is None or self._garbage_share > _GARBAGE_SHARE_FOR_FULL)
+        full = self._finalizing or self._full_collection_next()
+        if full and self._finalizing and self.overhead_budget is not None and self._full_gc_s is not None \
+                and self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL:
+            # The last walk, when the last full collection found little cyclic
+            # garbage: the young generations hold what the loop made since.
+            full = False
         if full:
             self._garbage_found = gc.collect()
             self._walks_since_full = 0
@@ -588,6 +742,7 @@ class Monitor:
             self._garbage_found = None
             gc.collect(1)
             self._walks_since_full += 1
+        return full
 
     def _guarded(self, unit, probe, call, argument):
         """``call(argument)``; a probe that raises is switched off and logged once."""

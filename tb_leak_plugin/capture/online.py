@@ -76,6 +76,8 @@ MEMORY_GROWTH_TO_ANALYSE = 0.02
 # The watch (analysis and traces, on top of the walks) spends at most this
 # share of what the heap walks themselves cost.
 WATCH_SHARE = 0.25
+# A trace is not started with less time than this left to the watch.
+MIN_TRACE_S = 0.02
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
@@ -185,6 +187,11 @@ class LeakWatch:
         self._container_lengths = None
         self.trace_seconds = 0.0
         self.analysis_seconds = 0.0
+        #: What the last analysis of the whole run cost (foresees the next).
+        self.analysis_cost_s = 0.0
+        self._analysed_walks = 0
+        # perf_counter() time by which this walk's optional work must end.
+        self._deadline = math.inf
         self.last_report = None
         self._failed = False
         self._container_traces = 0
@@ -204,6 +211,7 @@ class LeakWatch:
     def announce(self, census) -> None:
         kinds = [kind for kind in census.by_type() if id(kind) in self._marks]
         census.want(*kinds)
+        census.want_group(_CONTAINER_SET)
 
     def _worth_analysing(self, walk_s: float) -> bool:
         """Whether the analysis is worth its cost at this walk: something rose
@@ -214,15 +222,28 @@ class LeakWatch:
             return False
         return self._rising or self._memory_leaks
 
-    def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0) -> float:
+    def _left(self) -> float:
+        """Seconds left to this walk's optional work (analysis, traces)."""
+        return self._deadline - time.perf_counter()
+
+    def _trace_cap(self) -> float:
+        """A trace's time cap: a trace checks its cap between levels of its
+        search, and a level can take a tenth of a second on a large heap."""
+        return min(TRACE_CAP_S, 0.7 * self._left())
+
+    def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0,
+                   spare_s: float | None = None) -> float:
         """Run after the probes sampled ``census``; returns the seconds spent.
 
         ``write(step, sample, wall_time)`` writes extra points (containers,
-        traces). Never raises.
+        traces). ``spare_s``: what the monitor's budget has free for this
+        walk's analysis and traces (None: no limit); an analysis foreseen to
+        cost more waits, and traces stop when it is spent. Never raises.
         """
         if self._failed:
             return 0.0
         started = time.perf_counter()
+        self._deadline = math.inf if spare_s is None else started + spare_s
         self.wants_walk = False
         try:
             self._walks += 1
@@ -231,12 +252,22 @@ class LeakWatch:
             if extra:
                 write(step, extra, wall_time)
                 self.history.record(step, wall_time, extra)
-            if census.final or (self._walks >= MIN_WALKS_FOR_ANALYSIS and self._worth_analysing(walk_s)):
+            due = census.final or (self._walks >= MIN_WALKS_FOR_ANALYSIS and self._worth_analysing(walk_s))
+            if due and self._left() >= self.analysis_cost_s:
                 self._analyse(step, wall_time, census, write)
         except Exception as error:  # never into the loop: switch off
             self._failed = True
             self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
         return time.perf_counter() - started
+
+    def bring_report_up_to_date(self) -> None:
+        """After the run: analyse the points of walks that had no budget left
+        for an analysis (no traces: the objects are gone)."""
+        if self._walks > self._analysed_walks and self._walks >= MIN_WALKS_FOR_ANALYSIS and not self._failed:
+            from tb_leak_plugin.analysis.report import build_run_report
+
+            self.last_report = build_run_report(self.history.run_data(self.run_name, self._held_by))
+            self._analysed_walks = self._walks
 
     def between_walks(self, runs: int) -> float:
         """After a run of the cheap probes: at their 32nd, 128th, 512th, ...
@@ -392,12 +423,12 @@ class LeakWatch:
 
     def _report_container(self, entry, obj, exclude, extra) -> None:
         if sum(bool(e.subject) for e in self._containers.values()) >= MAX_CONTAINERS \
-                or self._container_traces >= 2 * MAX_CONTAINERS:
-            return
+                or self._container_traces >= 2 * MAX_CONTAINERS or self._left() < MIN_TRACE_S:
+            return  # (no time left: tried again at a later walk)
         self._container_traces += 1
         if entry.history[-1][2] - entry.history[0][2] < MIN_CONTAINER_LENGTH or not _per_step(entry):
             return
-        result = referrers.trace([obj], time_cap_s=TRACE_CAP_S, exclude=exclude)
+        result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude)
         self.trace_seconds += result.seconds
         entry.reported = True
         if not result.held_by or result.held_by[0].signature in result.own \
@@ -425,15 +456,17 @@ class LeakWatch:
 
         started = time.perf_counter()
         report = build_run_report(self.history.run_data(self.run_name, self._held_by))
-        self.analysis_seconds += time.perf_counter() - started
+        self.analysis_cost_s = time.perf_counter() - started
+        self.analysis_seconds += self.analysis_cost_s
         self.last_report = report
+        self._analysed_walks = self._walks
         if report.verdict != "leak":
             return
         traced_any = False
         spent = 0.0
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
-            if spent > WALK_TRACE_CAP_S or len(self._held_by) >= MAX_TRACES:
+            if spent > WALK_TRACE_CAP_S or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
                 break
             kind, instances = self._culprit_targets(culprit, census)
             if kind is None and not instances:
@@ -452,7 +485,8 @@ class LeakWatch:
             sample = _spread(fresh, TRACE_SAMPLE)
             new = len(fresh)
             fresh = None
-            result = referrers.trace(sample, time_cap_s=TRACE_CAP_S, exclude=_census_lists(census) + [sample])
+            result = referrers.trace(sample, time_cap_s=self._trace_cap(),
+                                     exclude=_census_lists(census) + [sample])
             sample = None
             spent += result.seconds
             self.trace_seconds += result.seconds
@@ -466,7 +500,7 @@ class LeakWatch:
             before = len(self._held_by)
             self._trace_containers_for(memory, step, wall_time, census, write)
             traced_any = traced_any or len(self._held_by) > before
-        if traced_any:
+        if traced_any and self._left() >= self.analysis_cost_s:
             report = build_run_report(self.history.run_data(self.run_name, self._held_by))
             self.last_report = report
         self._tell(report)
@@ -518,10 +552,14 @@ class LeakWatch:
         # of 64 KiB buffers before a dict of a thousand small entries.
         objs.sort(key=lambda obj: -gains[id(obj)] * _item_bytes(obj))
         del objs[3:]
+        if self._left() < MIN_TRACE_S:
+            return  # no time left at this walk: tried at a later one
         exclude = _census_lists(census) + [objs]
         entries, seconds, traced = [], 0.0, 0
         for obj in objs:
-            result = referrers.trace([obj], time_cap_s=TRACE_CAP_S, exclude=exclude)
+            if self._left() < MIN_TRACE_S:
+                break
+            result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude)
             seconds += result.seconds
             traced += 1
             if result.held_by and result.held_by[0].signature not in result.own \
@@ -532,6 +570,8 @@ class LeakWatch:
                 entries.append({"path": result.held_by[0].path + [kind], "sampled": 1, "instances": int(growth)})
         objs = exclude = None
         self.trace_seconds += seconds
+        if not entries and traced == 0:
+            return  # no time was left to trace: tried again at a later walk
         if not entries:
             # Not yet: containers named at a later walk (three tries).
             self._container_tries = getattr(self, "_container_tries", 0) + 1
@@ -649,12 +689,7 @@ def _spread(items: list, count: int) -> list:
 
 
 def _census_lists(census) -> list:
-    lists = [census.objects]
-    selected = getattr(census, "_selected", None)
-    if selected:
-        lists.extend(selected.values())
-        lists.append(selected)
-    return lists
+    return census.lists()
 
 
 def _trace_detail(culprit, step, live, new, since, result) -> dict:

@@ -25,6 +25,7 @@ import tracemalloc
 import types
 import weakref
 
+import numpy as np
 import psutil
 
 from tb_leak_plugin.metadata import SeriesInfo
@@ -219,10 +220,11 @@ class Census:
     """One walk of the gc-tracked objects, shared by the census probes of a sample.
 
     Holds the objects only for the duration of one sample; ``release()``
-    drops them. Filtering runs in C (``map``/``compress``), which keeps the
-    walk near 100 ms per million tracked objects. Probes announce the types
-    whose instances they need (:meth:`want`) before any of them asks
-    (:meth:`instances_of`), so that one pass over the objects serves all.
+    drops them. Filtering runs in C (``map``, numpy), which keeps the walk
+    near 100 ms per million tracked objects. Probes announce the types whose
+    instances they need (:meth:`want`) and the sets of types they will
+    select (:meth:`want_group`) before any of them asks (:meth:`instances_of`,
+    :meth:`where_type_in`), so that one pass over the objects serves all.
     """
 
     def __init__(self, objects: list):
@@ -233,10 +235,15 @@ class Census:
         #: Seconds of the walks' budget still free at this walk (None: no
         #: budget): an optional part dearer than that (the numpy scan) waits.
         self.spare_s: float | None = None
+        #: Seconds the numpy scan took at this walk (0: it did not run).
+        self.numpy_s = 0.0
         self._unhashable = False
         self._by_type: collections.Counter | None = None
         self._wanted: set = set()
         self._selected: dict | None = None
+        # frozenset of types -> the objects of those types (None: announced,
+        # not selected yet); one pass selects every announced set at once.
+        self._groups: dict = {}
 
     def kinds(self) -> list:
         """``type(obj)`` of every object, in order (one pass, shared by every filter)."""
@@ -244,8 +251,41 @@ class Census:
             self._kinds = list(map(type, self.objects))
         return self._kinds
 
-    def where_type_in(self, kinds: frozenset) -> list:
-        """Objects whose exact type is in ``kinds``."""
+    def want_group(self, kinds) -> None:
+        """Announce a set of types that a probe will pass to :meth:`where_type_in`."""
+        kinds = frozenset(kinds)
+        if kinds not in self._groups:
+            self._groups[kinds] = None
+
+    def where_type_in(self, kinds) -> list:
+        """Objects whose exact type is in ``kinds`` (in heap order). The
+        first selection also selects every announced set (one pass)."""
+        kinds = frozenset(kinds)
+        found = self._groups.get(kinds)
+        if found is None:
+            pending = [group for group, chosen in self._groups.items() if chosen is None and group != kinds]
+            for group, chosen in zip([kinds] + pending, self._select_groups([kinds] + pending)):
+                self._groups[group] = chosen
+            found = self._groups[kinds]
+        return found
+
+    def _select_groups(self, groups: list) -> list:
+        """The objects of each set of types in ``groups``, in one pass."""
+        objects = self.objects
+        self.by_type()  # finds out whether every type can be hashed
+        if self._unhashable or len(groups) > 62:
+            return [self._select_one(group) for group in groups]
+        codes: dict = {}
+        for bit, group in enumerate(groups):
+            for kind in group:
+                codes[kind] = codes.get(kind, 0) | (1 << bit)
+        marks = np.fromiter(map(codes.get, self.kinds(), itertools.repeat(0)), np.int64, len(objects))
+        out = []
+        for bit in range(len(groups)):
+            out.append(_pick(objects, np.flatnonzero(marks & (1 << bit))))
+        return out
+
+    def _select_one(self, kinds: frozenset) -> list:
         if self._unhashable:
             # Some type among the objects cannot be hashed: match by id.
             ids = frozenset(map(id, kinds))
@@ -303,6 +343,29 @@ class Census:
         self._by_type = None
         self._selected = None
         self._wanted = set()
+        self._groups = {}
+
+    def lists(self) -> list:
+        """The lists (and the dicts of lists) this census holds: a leak trace
+        must not name them as holders."""
+        lists = [self.objects]
+        if self._selected:
+            lists.extend(self._selected.values())
+            lists.append(self._selected)
+        chosen = [found for found in self._groups.values() if found is not None]
+        if chosen:
+            lists.extend(chosen)
+            lists.append(self._groups)
+        return lists
+
+
+def _pick(objects: list, indices) -> list:
+    """``[objects[i] for i in indices]``, in C."""
+    if len(indices) == 0:
+        return []
+    if len(indices) == 1:
+        return [objects[int(indices[0])]]
+    return list(operator.itemgetter(*indices.tolist())(objects))
 
 
 def _count_by_type_id(objects) -> collections.Counter:
@@ -430,6 +493,8 @@ class LiveTensorsProbe(Probe):
     # NUMPY_MAX_SKIP + 1 walks, and always on the first and the last.
     NUMPY_SCAN_SECONDS = 0.1
     NUMPY_MAX_SKIP = 3
+    # Points a series needs to be judged (analysis.trend.MIN_SAMPLES).
+    NUMPY_MIN_POINTS = 4
 
     def __init__(self):
         self._eager_type = None
@@ -438,13 +503,28 @@ class LiveTensorsProbe(Probe):
         self._holder_cache = weakref.WeakKeyDictionary()
         self._numpy_cost_s = 0.0
         self._numpy_skipped = 0
+        self._scan: bool | None = None  # decided at announce(), for this walk
+        self._numpy_points = 0
+
+    def final_scan_s(self) -> float:
+        """What the numpy scan at the last walk is foreseen to cost: 0 when
+        it will not run (a dear scan that has not run often enough for its
+        series to be judged gains nothing from one more point)."""
+        if self._numpy_cost_s <= self.NUMPY_SCAN_SECONDS or self._numpy_points >= self.NUMPY_MIN_POINTS - 1:
+            return self._numpy_cost_s
+        return 0.0
 
     def _numpy_due(self, census: "Census") -> bool:
+        spare = getattr(census, "spare_s", None)
         if census.final:
-            return True
+            # The last walk scans unless the point would not make the series
+            # judgeable, or the run's budget has no room left for it.
+            if spare is None:
+                return True
+            return (self._numpy_cost_s <= self.NUMPY_SCAN_SECONDS
+                    or self._numpy_points >= self.NUMPY_MIN_POINTS - 1) and self._numpy_cost_s <= spare
         if self._numpy_cost_s <= self.NUMPY_SCAN_SECONDS:
             return True
-        spare = getattr(census, "spare_s", None)
         if spare is not None and self._numpy_cost_s > spare:
             return False  # the budget cannot pay for it now; the last walk scans
         wanted_skips = min(self.NUMPY_MAX_SKIP, int(self._numpy_cost_s / self.NUMPY_SCAN_SECONDS) - 1)
@@ -456,6 +536,11 @@ class LiveTensorsProbe(Probe):
             self._eager_type = _eager_tensor_type(tf)
         if self._eager_type is not None:
             census.want(self._eager_type)
+        self._scan = None
+        if sys.modules.get("numpy") is not None:
+            self._scan = self._numpy_due(census)
+            if self._scan:
+                census.want_group(_holder_types(census, self._holder_cache))
 
     def sample(self, objects=None) -> Sample:
         census = _as_census(objects)
@@ -476,11 +561,15 @@ class LiveTensorsProbe(Probe):
                 sample.append((SeriesInfo("tensors", "eager_bytes", "bytes"), float(total_bytes)))
                 del tensors
         numpy = sys.modules.get("numpy")
-        if numpy is not None and self._numpy_due(census):
+        scan = getattr(self, "_scan", None)
+        self._scan = None
+        if numpy is not None and (scan if scan is not None else self._numpy_due(census)):
             started = time.perf_counter()
             count, total_bytes = _numpy_arrays(numpy.ndarray, census, self._holder_cache)
             self._numpy_cost_s = time.perf_counter() - started
             self._numpy_skipped = 0
+            census.numpy_s = self._numpy_cost_s
+            self._numpy_points += 1
             sample.append((SeriesInfo("tensors", "numpy_count", "count"), float(count)))
             sample.append((SeriesInfo("tensors", "numpy_bytes", "bytes"), float(total_bytes)))
         elif numpy is not None:
@@ -504,8 +593,10 @@ def _eager_tensor_type(tf):
 
 
 # Containers through which numpy arrays (not gc-tracked) are usually held.
-_CONTAINERS = frozenset((list, dict, tuple, set, collections.deque))
-_CONTAINER_IDS = frozenset(map(id, _CONTAINERS))
+# Tuples are not searched as holders themselves (most are a library's: type
+# bases, code constants, typing arguments); the tuples found inside the
+# searched holders are, like the untracked dicts found there.
+_CONTAINERS = frozenset((list, dict, set, collections.deque))
 
 
 _UNTRACKED_DEPTH = 3
@@ -569,15 +660,18 @@ def _library_globals() -> frozenset:
     return _library_globals_cache[1]
 
 
-def _split_referents(objects, ndarray) -> tuple[list, list]:
-    """(arrays among ``objects``, untracked containers among them), in one type pass."""
-    kinds = list(map(type, objects))
-    arrays = list(itertools.compress(objects, map(operator.is_, kinds, itertools.repeat(ndarray))))
-    # By id: a referent's type may be unhashable (a metaclass with __eq__ only).
-    candidates = list(itertools.compress(objects, map(_CONTAINER_IDS.__contains__, map(id, kinds))))
+def _split_referents(objects: list, ndarray) -> tuple[list, list]:
+    """(arrays among ``objects``, tuples and untracked dicts among them to
+    look inside), in one pass over their types (by id: a referent's type may
+    be unhashable, a metaclass with ``__eq__`` only)."""
+    kinds = np.fromiter(map(id, map(type, objects)), np.uintp, len(objects))
+    arrays = _pick(objects, np.flatnonzero(kinds == id(ndarray)))
+    tuples = _pick(objects, np.flatnonzero(kinds == id(tuple)))
+    dicts = _pick(objects, np.flatnonzero(kinds == id(dict)))
     del kinds
-    hidden = list(itertools.compress(candidates, map(operator.not_, map(gc.is_tracked, candidates))))
-    return arrays, hidden
+    # A tracked dict is a holder of its own (or a library module's namespace).
+    tuples.extend(itertools.compress(dicts, map(operator.not_, map(gc.is_tracked, dicts))))
+    return arrays, tuples
 
 
 def _holder_types(census: Census, cache: dict) -> frozenset:
@@ -598,20 +692,21 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
     # many functions, types, cells, which would only add referents to scan.
     holder_types = _holder_types(census, holder_cache if holder_cache is not None else {})
     holders = census.where_type_in(holder_types)
-    skip = _library_globals()
-    holders = list(itertools.compress(holders, map(operator.not_, map(skip.__contains__, map(id, holders)))))
     # Plain dicts: their values only (keys are nearly always strings); one C
     # pass each. Everything else: one C call for all referents.
-    dicts = list(itertools.compress(holders, map(operator.is_, map(type, holders), itertools.repeat(dict))))
-    others = list(itertools.compress(holders, map(operator.is_not, map(type, holders), itertools.repeat(dict))))
-    del holders
+    is_dict = np.fromiter(map(operator.is_, map(type, holders), itertools.repeat(dict)), bool, len(holders))
+    dicts = _pick(holders, np.flatnonzero(is_dict))
+    others = _pick(holders, np.flatnonzero(~is_dict))
+    del holders, is_dict
+    skip = _library_globals()
+    dicts = list(itertools.compress(dicts, map(operator.not_, map(skip.__contains__, map(id, dicts)))))
     referents = gc.get_referents(*others)
     del others
     referents.extend(itertools.chain.from_iterable(map(dict.values, dicts)))
     del dicts
-    # The collector untracks tuples and dicts that hold only untracked
-    # objects, so `cache[k] = (array, k)` hides the array one or two levels
-    # down: look inside untracked containers found among the referents.
+    # Arrays in tuples (`history.append((step, array))`), and in dicts that
+    # hold only untracked objects (the collector untracks those), sit one or
+    # two levels down: look inside the tuples and untracked dicts found.
     # (A container held only by a running function's local variable is not
     # reachable this way: the collector does not list running frames' locals,
     # and reading f_locals would keep the user's locals alive.)
