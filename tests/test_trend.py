@@ -341,3 +341,22 @@ def test_a_count_that_rises_twice_late_in_the_run_is_not_a_leak():
     # The same count rising every 20 steps is a leak.
     result = assess_series(steps, 12.0 + steps // 20, unit="functions")
     assert result.verdict == "leak", result.reason
+
+
+def test_a_count_from_a_score_of_heap_walks_that_grows_every_interval_is_a_leak():
+    # Heap walks dense early and sparse late (the budget's allowance is spent
+    # first), a list a step plus a few objects of the program's own either way:
+    # the full analysis alone leaves one degree of freedom to this line.
+    steps = np.array([0, 46, 81, 125, 177, 239, 309, 389, 480, 576, 675, 1234, 1499], float)
+    values = np.array([2091, 2182, 2233, 2277, 2329, 2391, 2461, 2545, 2637, 2732, 2831, 3390, 3656], float)
+    result = assess_series(steps, values, unit="count")
+    assert result.verdict == "leak", result.reason
+    assert 0.99 < result.slope_per_step < 1.02
+    # The same walks over a count that wanders by a few objects: not a leak.
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        wander = 2091 + np.round(rng.normal(0, 3, steps.size))
+        assert assess_series(steps, wander, unit="count").verdict != "leak"
+    # Nor one that rose in the first walks and then stopped.
+    stopped = np.minimum(values, 2400.0)
+    assert assess_series(steps, stopped, unit="count").verdict != "leak"

@@ -70,7 +70,7 @@ __all__ = [
     "MAX_BLOCKS", "ALPHA_LEAK", "ALPHA_AFTER_STEP", "MATERIAL_NOISE_SD", "NO_LEAK_NOISE_SD",
     "TAIL_FRACTION", "STOPPED_SLOPE_RATIO", "TAIL_MIN_RATIO", "RESET_DROP_SD",
     "ONSET_CANDIDATES", "MIN_WINDOW_SHARE", "MIN_WINDOW_POINTS", "MIN_EFFECTIVE_SAMPLES",
-    "SATURATION_PENALTY", "SATURATION_TAUS", "NOISE_SUBSAMPLE", "MIN_SAMPLES", "SMALL_SERIES",
+    "SATURATION_PENALTY", "SATURATION_TAUS", "NOISE_SUBSAMPLE", "MIN_SAMPLES", "SMALL_SERIES", "COUNT_SMALL_SERIES",
 ]
 
 # Long series are reduced to at most this many block medians (2x before blocking).
@@ -107,6 +107,10 @@ MIN_SAMPLES = 4
 # Series shorter than this are judged by `_decide_small` (the warm-up, onset
 # and tail searches need more points).
 SMALL_SERIES = 12
+# A count series (objects, tensors, traces: heap-walk points) that the full
+# analysis leaves inconclusive is also judged by the few-sample test up to
+# this many samples.
+COUNT_SMALL_SERIES = 24
 # A small series leaks only if its growth between samples stays at least this
 # share of its average rate in each of the last intervals (a filling cache
 # slows down; a leak keeps its pace).
@@ -250,12 +254,21 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         # drifts from cycle to cycle when the sampling interval beats against
         # the period: the floor can wander by one ramp step with no leak at all.
         aliasing = max(0.0, ramp * float(np.median(np.diff(t_blk))))
-    return _decide(_Evidence(
+    counts = unit != "bytes" and bool(np.all(values_f == np.round(values_f)))
+    result = _decide(_Evidence(
         an=an, steps=steps_f, n=n, dropped=dropped, spikes=spikes, unit=unit, noise=noise,
         noise_floor=noise_floor, aliasing=aliasing, level=float(np.median(np.abs(values_f))),
         sps=_steps_per_second(steps_f, walls_f, an.t_onset), available_bytes=available_bytes,
-        n_resets=resets.size if sawtooth else 0,
-        counts=unit != "bytes" and bool(np.all(values_f == np.round(values_f)))))
+        n_resets=resets.size if sawtooth else 0, counts=counts))
+    if result.verdict == "inconclusive" and counts and n < COUNT_SMALL_SERIES:
+        # A count sampled at a score of heap walks: the residuals' autocorrelation,
+        # estimated from so few points, can leave one degree of freedom to a
+        # line that misses no point by more than a few objects. The few-sample
+        # test judges it on its own terms (growth between each of the last samples).
+        small = _decide_small(steps_f, values_f, walls_f, dropped, unit, available_bytes, spikes)
+        if small.verdict == "leak" and small.total_growth >= MIN_COUNT_GROWTH:
+            return small
+    return result
 
 
 # --------------------------------------------------------------------------- preparation

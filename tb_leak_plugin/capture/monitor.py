@@ -4,7 +4,10 @@
 training time between calls and its own time, and runs each probe group
 (cheap counters; one walk of the heap for the object census, live tensors
 and tf.function traces) when the group's share of the budget pays for its
-last measured cost.
+next run's foreseen cost, keeping room for the final run at ``close()``.
+Everything the monitor does is charged: the leak watch's container
+comparison, analyses and traces are part of the heap walk they follow, and
+take only what the budget has free at that walk.
 
 The budget is 1% of the training time so far plus an allowance of 2 s per
 run that is released over the first seconds of training (half of it after
@@ -13,7 +16,10 @@ run that is released over the first seconds of training (half of it after
 length, a group also waits after its n-th run until training time has grown
 by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds)
 or 1 + 0.01/(n + 1) (the cheap counters). The first sample and ``close()``
-always run every group: a baseline and a final point.
+always run every group: a baseline and a final point. The final heap walk is
+foreseen from its measured parts (collection, walk, numpy scan, analysis);
+at ``close()`` its optional parts run only while the run's budget (1% plus
+the whole allowance) has room for them.
 
 A probe that raises is logged once and dropped; ``sample`` never raises into
 the training loop. The monitor keeps no references to user objects.
@@ -642,12 +648,13 @@ class Monitor:
     def _final_walk_s(self) -> float | None:
         """The foreseen cost of the walk at close(): its collection (full
         while the program makes cyclic garbage worth counting), the walk, the
-        numpy scan and the watch's last analysis (None: no walk measured yet)."""
+        numpy scan, the watch's last analysis and a trace (None: no walk
+        measured yet)."""
         if self._walk_base_s is None:
             return None
         young = self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL
         collect = ((self._young_gc_s if young else self._full_gc_s) or 0.0) if self.census_collects_garbage else 0.0
-        analysis = self._watch.analysis_cost_s if self._watch is not None else 0.0
+        analysis = self._watch.final_work_s() if self._watch is not None else 0.0
         tensors = self._tensors_probe()
         numpy_s = tensors.final_scan_s() if tensors is not None else 0.0
         return _FORESIGHT_MARGIN * (collect + self._walk_base_s + numpy_s + analysis)
@@ -659,8 +666,10 @@ class Monitor:
         if self.overhead_budget is None:
             return None
         unit = next((u for u in due if u.needs_objects), None)
-        if unit is None or unit.runs == 0:
+        if unit is None:
             return None
+        if unit.runs == 0:
+            return 0.0  # the first walk: a dear scan waits until the walk's cost is known
         base = self._walk_base_s or 0.0
         if self._finalizing:
             return self._run_budget_s() - self._spent_now() - base
@@ -725,9 +734,9 @@ class Monitor:
         walk on a TensorFlow heap). It runs on the first and last walks, on
         every ``_FULL_COLLECT_EVERY``-th, and whenever the last full one found
         cyclic garbage worth counting; in between, collecting the young
-        generations catches the cycles made since the last walk. The last
-        walk's is full only when the run's budget has room for it, or the
-        last full one found garbage worth counting. Returns whether it was full.
+        generations catches the cycles made since the last walk. Under a
+        budget, the last walk's is young too when the last full one found
+        little cyclic garbage. Returns whether it was full.
         """
         full = self._finalizing or self._full_collection_next()
         if full and self._finalizing and self.overhead_budget is not None and self._full_gc_s is not None \

@@ -78,6 +78,9 @@ MEMORY_GROWTH_TO_ANALYSE = 0.02
 WATCH_SHARE = 0.25
 # A trace is not started with less time than this left to the watch.
 MIN_TRACE_S = 0.02
+# Room the monitor keeps for one trace at its last walk, before any was
+# measured (seconds; the first culprit is often confirmed only there).
+FINAL_TRACE_S = 0.25
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
@@ -190,6 +193,9 @@ class LeakWatch:
         #: What the last analysis of the whole run cost (foresees the next).
         self.analysis_cost_s = 0.0
         self._analysed_walks = 0
+        self._stale = False
+        #: What the last trace of a culprit cost (foresees the next).
+        self.trace_cost_s = 0.0
         # perf_counter() time by which this walk's optional work must end.
         self._deadline = math.inf
         self.last_report = None
@@ -222,6 +228,14 @@ class LeakWatch:
             return False
         return self._rising or self._memory_leaks
 
+    def final_work_s(self) -> float:
+        """The foreseen cost of the watch's work at the last walk: an
+        analysis, and one trace while a culprit may still need one."""
+        work = self.analysis_cost_s
+        if len(self._held_by) < MAX_TRACES:
+            work += min(TRACE_CAP_S, max(self.trace_cost_s, FINAL_TRACE_S))
+        return work
+
     def _left(self) -> float:
         """Seconds left to this walk's optional work (analysis, traces)."""
         return self._deadline - time.perf_counter()
@@ -247,7 +261,8 @@ class LeakWatch:
         self.wants_walk = False
         try:
             self._walks += 1
-            extra = self._follow_containers(step, wall_time, census)
+            pending: list = []
+            extra = self._follow_containers(step, wall_time, census, pending)
             self._mark(step, census)
             if extra:
                 write(step, extra, wall_time)
@@ -255,6 +270,12 @@ class LeakWatch:
             due = census.final or (self._walks >= MIN_WALKS_FOR_ANALYSIS and self._worth_analysing(walk_s))
             if due and self._left() >= self.analysis_cost_s:
                 self._analyse(step, wall_time, census, write)
+            if pending:
+                extra = self._report_containers(pending, census)
+                pending = None
+                if extra:
+                    write(step, extra, wall_time)
+                    self.history.record(step, wall_time, extra)
         except Exception as error:  # never into the loop: switch off
             self._failed = True
             self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
@@ -263,11 +284,13 @@ class LeakWatch:
     def bring_report_up_to_date(self) -> None:
         """After the run: analyse the points of walks that had no budget left
         for an analysis (no traces: the objects are gone)."""
-        if self._walks > self._analysed_walks and self._walks >= MIN_WALKS_FOR_ANALYSIS and not self._failed:
+        behind = self._walks > self._analysed_walks or self._stale
+        if behind and self._walks >= MIN_WALKS_FOR_ANALYSIS and not self._failed:
             from tb_leak_plugin.analysis.report import build_run_report
 
             self.last_report = build_run_report(self.history.run_data(self.run_name, self._held_by))
             self._analysed_walks = self._walks
+            self._stale = False
 
     def between_walks(self, runs: int) -> float:
         """After a run of the cheap probes: at their 32nd, 128th, 512th, ...
@@ -338,7 +361,10 @@ class LeakWatch:
 
     # -- containers -----------------------------------------------------------
 
-    def _follow_containers(self, step, wall_time, census) -> list:
+    def _follow_containers(self, step, wall_time, census, pending: list) -> list:
+        """Compare the containers' lengths with the last walk's; returns the
+        points of the containers followed as series, and appends to
+        ``pending`` those to trace now ``(key, entry, container)``."""
         containers = census.where_type_in(_CONTAINER_SET)  # one pass in C
         if len(containers) > MAX_CONTAINER_IDS:
             return []
@@ -387,12 +413,9 @@ class LeakWatch:
                 if entry.subject:
                     extra.append((entry.info, float(length)))
             elif entry.grew >= GROWING_WALKS and len(entry.history) > GROWING_WALKS:
-                self._report_container(entry, obj, _census_lists(census) + [containers], extra)
-                if entry.reported and not entry.subject:
-                    del self._containers[key]
-                    if len(self._ignored) < 4096:
-                        self._ignored.add(key)
-                    continue
+                # Traced after the analysis and the culprits' traces, with
+                # the time this walk has left (see _report_containers).
+                pending.append((key, entry, obj))
             del entry.history[:-64]
         # New candidates: grown the most since the last walk (a container new
         # since then, or too short to be listed, counts from empty).
@@ -419,6 +442,19 @@ class LeakWatch:
         self._container_ids, self._container_lengths = ids, lens
         self._last_step, self._last_wall = step, wall_time
         containers = None
+        return extra
+
+    def _report_containers(self, pending: list, census) -> list:
+        """Trace the containers that grew at every walk (found by
+        ``_follow_containers``), while this walk has time left; returns
+        the points of those named."""
+        extra = []
+        for key, entry, obj in pending:
+            self._report_container(entry, obj, _census_lists(census), extra)
+            if entry.reported and not entry.subject:
+                self._containers.pop(key, None)
+                if len(self._ignored) < 4096:
+                    self._ignored.add(key)
         return extra
 
     def _report_container(self, entry, obj, exclude, extra) -> None:
@@ -460,10 +496,14 @@ class LeakWatch:
         self.analysis_seconds += self.analysis_cost_s
         self.last_report = report
         self._analysed_walks = self._walks
+        self._stale = False
         if report.verdict != "leak":
             return
         traced_any = False
         spent = 0.0
+        # id(type) -> (trace, live, new, since) at this walk: culprits of one
+        # type (live tensors by count and by bytes) share one trace.
+        done_here: dict = {}
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
             if spent > WALK_TRACE_CAP_S or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
@@ -475,8 +515,16 @@ class LeakWatch:
             done = self._traced.get(key)
             if done is not None and (live < 2 * max(done[1], 1) or self._walks - done[0] < 4):
                 continue
+            if kind is not None and id(kind) in done_here:
+                result, live, new, since = done_here[id(kind)]
+                instances = None
+                self._traced[key] = (self._walks, live)
+                self._write_trace(key, _trace_detail(culprit, step, live, new, since, result), step, wall_time,
+                                  result.traced, write)
+                continue
             mark = self._marks.get(id(kind)) if kind is not None else None
-            if mark is not None and mark[2] == type_name(kind):
+            if mark is not None and mark[2] == type_name(kind) and mark[0] < step:
+                # (A mark made at this walk tells nothing new apart yet.)
                 fresh = _not_marked(instances, mark[1])
                 since = mark[0]
             else:
@@ -490,7 +538,12 @@ class LeakWatch:
             sample = None
             spent += result.seconds
             self.trace_seconds += result.seconds
+            self.trace_cost_s = result.seconds
+            if not result.held_by and not result.complete:
+                continue  # cut short by the time left: tried again at a later walk
             self._traced[key] = (self._walks, live)
+            if kind is not None:
+                done_here[id(kind)] = (result, live, new, since)
             detail = _trace_detail(culprit, step, live, new, since, result)
             self._write_trace(key, detail, step, wall_time, result.traced, write)
             traced_any = True
@@ -503,6 +556,7 @@ class LeakWatch:
         if traced_any and self._left() >= self.analysis_cost_s:
             report = build_run_report(self.history.run_data(self.run_name, self._held_by))
             self.last_report = report
+            self._stale = False
         self._tell(report)
 
     def _culprit_targets(self, culprit, census):
@@ -590,6 +644,7 @@ class LeakWatch:
                           detail=json.dumps(detail, ensure_ascii=False, separators=(",", ":")))
         write(step, [(info, float(value))], wall_time)
         self._held_by.append((info, step, wall_time, float(value)))
+        self._stale = True  # the last report does not show this trace yet
 
     def _tell(self, report) -> None:
         new = [c for c in report.culprits if c.kind != "op" and f"{c.kind}:{c.name}" not in self._told]
