@@ -360,3 +360,16 @@ def test_a_count_from_a_score_of_heap_walks_that_grows_every_interval_is_a_leak(
     # Nor one that rose in the first walks and then stopped.
     stopped = np.minimum(values, 2400.0)
     assert assess_series(steps, stopped, unit="count").verdict != "leak"
+
+
+def test_a_few_early_samples_and_one_at_the_end_need_the_same_rate_throughout():
+    # Heap walks early and one at close(): 47 dicts made once, inside the long
+    # last interval, would look like steady growth of 0.2 a step.
+    result = assess_series([0, 17, 31, 249], [29404, 29407, 29409, 29456], unit="count")
+    assert result.verdict != "leak", result.reason
+    # A tensor kept every step grows at the same rate in every interval: a leak.
+    result = assess_series([0, 40, 128, 1999], [3, 43, 131, 2002], unit="count")
+    assert result.verdict == "leak", result.reason
+    # Samples spread over the run keep the usual steadiness rule.
+    result = assess_series([0, 60, 130, 190, 249], [100, 112, 127, 139, 151], unit="count")
+    assert result.verdict == "leak", result.reason

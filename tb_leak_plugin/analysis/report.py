@@ -213,6 +213,10 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     holders.attach(culprits, traces)
     holders.adopt_containers(culprits)
     culprits = holders.merge_by_holder(culprits)
+    # Within one level of confidence, a culprit whose holder was traced comes
+    # first: it says where to fix the leak (an op that retains its outputs,
+    # from the profiler, names the same leak without saying who keeps them).
+    culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20, not (c.details or {}).get("held_by")))
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = []
     seen = set()

@@ -70,7 +70,7 @@ __all__ = [
     "MAX_BLOCKS", "ALPHA_LEAK", "ALPHA_AFTER_STEP", "MATERIAL_NOISE_SD", "NO_LEAK_NOISE_SD",
     "TAIL_FRACTION", "STOPPED_SLOPE_RATIO", "TAIL_MIN_RATIO", "RESET_DROP_SD",
     "ONSET_CANDIDATES", "MIN_WINDOW_SHARE", "MIN_WINDOW_POINTS", "MIN_EFFECTIVE_SAMPLES",
-    "SATURATION_PENALTY", "SATURATION_TAUS", "NOISE_SUBSAMPLE", "MIN_SAMPLES", "SMALL_SERIES", "COUNT_SMALL_SERIES",
+    "SATURATION_PENALTY", "SATURATION_TAUS", "NOISE_SUBSAMPLE", "MIN_SAMPLES", "SMALL_SERIES", "COUNT_SMALL_SERIES", "SMALL_LONG_INTERVAL", "SMALL_SAME_RATE",
 ]
 
 # Long series are reduced to at most this many block medians (2x before blocking).
@@ -115,6 +115,11 @@ COUNT_SMALL_SERIES = 24
 # share of its average rate in each of the last intervals (a filling cache
 # slows down; a leak keeps its pace).
 SMALL_STEADY_RATIO = 0.25
+# When the last interval between samples covers more than this share of the
+# fitted span, steady growth needs every one of the last intervals' rates
+# within SMALL_SAME_RATE of the fitted rate.
+SMALL_LONG_INTERVAL = 0.5
+SMALL_SAME_RATE = 0.1
 
 # TrendResult.shape: which explanation the verdict rests on.
 _LEAK_SHAPES = {(False, "hinge"): "growth", (False, "saturating"): "growth_beyond_filling",
@@ -805,6 +810,11 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> Tren
     rates = np.diff(yf) / np.diff(tf)
     last = rates[-3:] if rates.size >= 3 else rates
     steady = slope > 0 and bool(np.all(last >= SMALL_STEADY_RATIO * slope))
+    if steady and span > 0 and float(tf[-1] - tf[-2]) > SMALL_LONG_INTERVAL * span:
+        # One interval covers most of the run (samples taken early, and one
+        # at the end): a one-off rise inside it looks like steady growth.
+        # Only the same rate in every interval tells them apart.
+        steady = bool(np.all(np.abs(last - slope) <= SMALL_SAME_RATE * slope))
     fit = _fit_dict(tf[0], tf[-1], level, slope, lo, hi)
     base = dict(slope_per_step=slope, slope_ci=(lo, hi),
                 slope_per_hour=slope * sps * 3600.0 if sps else None,

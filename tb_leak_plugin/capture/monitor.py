@@ -81,6 +81,8 @@ _GROUPS = {
     "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
 }
+# The largest share of a stretch of training time one unit's runs may take.
+_MAX_DUTY = 0.5
 # Share of the budget no probe group spends (see Monitor.__init__).
 _SLACK = 0.05
 # Seconds kept after the leak watch's work at a walk: writing the sample,
@@ -122,7 +124,7 @@ class _Unit:
         self.needs_objects = any(p.needs_objects for p in probes)
 
     def schedule(self, budget: float | None, allowance_s: float, reserve_s: float | None = None,
-                 next_s: float | None = None) -> None:
+                 next_s: float | None = None, loop_start_s: float = 0.0) -> None:
         """``reserve_s``: room kept for the final run at close() (default:
         ``_FINAL_RESERVE`` runs at the last measured cost); ``next_s``: the
         next run's foreseen cost (default: the last measured). The next run must
@@ -134,13 +136,20 @@ class _Unit:
             return
         reserve = _FINAL_RESERVE * self.cost_s if reserve_s is None else reserve_s
         need = self.spent_s + (self.cost_s if next_s is None else next_s)
-        paid = _train_time_paying(self.share, budget, allowance_s, need)
+        # The allowance is released from the first sample on (the set-up
+        # before it counts towards the 1% only).
+        paid = loop_start_s + _train_time_paying(self.share, budget, allowance_s,
+                                                 need - self.share * budget * loop_start_s)
         with_final = ((need + reserve) / self.share - allowance_s) / budget
         paid = max(paid, with_final)
         # Spacing grows with the training time since the unit's first run (the
         # program may have trained, or set up, long before its first sample).
         since = self.last_train_s - self.first_train_s
-        spaced = self.first_train_s + max(since * (1.0 + self.spread / (self.runs + 1)), since + self.min_gap_s)
+        # At most _MAX_DUTY of any stretch of training goes to this unit: the
+        # loop never runs at a third of its pace, and a short run's walks are
+        # not all taken in its first second.
+        gap = max(self.min_gap_s, (self.cost_s if next_s is None else next_s) * (1.0 / _MAX_DUTY - 1.0))
+        spaced = self.first_train_s + max(since * (1.0 + self.spread / (self.runs + 1)), since + gap)
         self.due_train_s = max(paid, spaced)
 
 
@@ -284,6 +293,7 @@ class Monitor:
 
         self._step = -1
         self._train_s = 0.0
+        self._loop_start_s = 0.0  # training time at the first sample
         self._monitor_s = 0.0
         self._last_return = time.perf_counter()
         self._closed = False
@@ -330,6 +340,10 @@ class Monitor:
                            "it stops sampling here (create a Monitor in the child to follow it)")
                 return
             self._train_s += entered - self._last_return
+            if self._step < 0:
+                # The time from the Monitor's creation to the first sample is
+                # the program's set-up: the allowance is released from here.
+                self._loop_start_s = self._train_s
             step = self._step + 1 if step is None else int(step)
             self._step = step
             if self._profiler is not None:
@@ -454,6 +468,7 @@ class Monitor:
     def _run_units(self, step: int, due: list) -> None:
         run_started = time.perf_counter()
         now = self._train_s
+        paid_elsewhere = 0.0  # time charged to a unit that is not running now
         census = None
         sample = []
         costs = {}
@@ -535,8 +550,16 @@ class Monitor:
                     if cheap is not None:
                         spent = self._watch.between_walks(cheap.runs + 1)
                         self._watch_s += spent
-                        costs["cheap"] = costs.get("cheap", 0.0) + spent
+                        # Paid by the heap walks (the watch's share), not by
+                        # the cheap counters: their points must stay even.
                         payer = next((u for u in self._units if u.needs_objects), cheap)
+                        if payer is cheap:
+                            costs["cheap"] = costs.get("cheap", 0.0) + spent
+                        elif spent > 0:
+                            paid_elsewhere += spent
+                            payer.spent_s += spent
+                            payer.schedule(self.overhead_budget, self.overhead_allowance_s, self._final_walk_s(),
+                                           self._next_walk_s(), self._loop_start_s)
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
             if walking:
@@ -573,7 +596,7 @@ class Monitor:
                            "(what is pending is written at close() if space returns)")
         # Writing, the history, releasing the object list: paid for by the
         # groups that ran, alike.
-        shared_cost = max(time.perf_counter() - run_started - sum(costs.values()), 0.0) / len(due)
+        shared_cost = max(time.perf_counter() - run_started - sum(costs.values()) - paid_elsewhere, 0.0) / len(due)
         for unit in due:
             cost = costs.get(unit.name, 0.0) + shared_cost
             if unit.runs == 0:
@@ -593,9 +616,9 @@ class Monitor:
             unit.runs += 1
             if unit.needs_objects:
                 unit.schedule(self.overhead_budget, self.overhead_allowance_s, self._final_walk_s(),
-                              self._next_walk_s())
+                              self._next_walk_s(), self._loop_start_s)
             else:
-                unit.schedule(self.overhead_budget, self.overhead_allowance_s)
+                unit.schedule(self.overhead_budget, self.overhead_allowance_s, loop_start_s=self._loop_start_s)
         self._units = [u for u in self._units if u.probes]
 
     def _can_walk_now(self) -> bool:
@@ -705,7 +728,8 @@ class Monitor:
         if self.overhead_budget is None:
             return None
         t = self._train_s
-        return self.overhead_budget * t + self.overhead_allowance_s * t / (t + ALLOWANCE_HALF_S)
+        loop = max(t - self._loop_start_s, 0.0)
+        return self.overhead_budget * t + self.overhead_allowance_s * loop / (loop + ALLOWANCE_HALF_S)
 
     def _write_extra(self, step, sample, wall_time) -> None:
         try:

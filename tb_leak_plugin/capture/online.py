@@ -81,6 +81,10 @@ MIN_TRACE_S = 0.02
 # Room the monitor keeps for one trace at its last walk, before any was
 # measured (seconds; the first culprit is often confirmed only there).
 FINAL_TRACE_S = 0.25
+# A run that leaks and has no trace yet gets one trace of up to TRACE_CAP_S at
+# its last walk even when the budget is spent (it is the answer the user
+# needs): the monitor's time may exceed its budget by this much, once.
+FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
@@ -504,6 +508,11 @@ class LeakWatch:
         # id(type) -> (trace, live, new, since) at this walk: culprits of one
         # type (live tensors by count and by bytes) share one trace.
         done_here: dict = {}
+        deadline = self._deadline
+        if census.final and not self._held_by:
+            # A leaking run whose holder is still unnamed gets its one trace at
+            # the last walk, whatever the budget has left (see FIRST_TRACE_S).
+            self._deadline = max(deadline, time.perf_counter() + FIRST_TRACE_S)
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
             if spent > WALK_TRACE_CAP_S or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
@@ -539,6 +548,7 @@ class LeakWatch:
             spent += result.seconds
             self.trace_seconds += result.seconds
             self.trace_cost_s = result.seconds
+            self._deadline = deadline  # only one trace beyond the budget
             if not result.held_by and not result.complete:
                 continue  # cut short by the time left: tried again at a later walk
             self._traced[key] = (self._walks, live)
