@@ -236,7 +236,8 @@ class LeakWatch:
         """The foreseen cost of the watch's work at the last walk: an
         analysis, and one trace while a culprit may still need one."""
         work = self.analysis_cost_s
-        if len(self._held_by) < MAX_TRACES:
+        if self._held_by and len(self._held_by) < MAX_TRACES:
+            # (A run's first trace is not foreseen: it runs anyway, FIRST_TRACE_S.)
             work += min(TRACE_CAP_S, max(self.trace_cost_s, FINAL_TRACE_S))
         return work
 
