@@ -236,8 +236,10 @@ class LeakWatch:
         """The foreseen cost of the watch's work at the last walk: an
         analysis, and one trace while a culprit may still need one."""
         work = self.analysis_cost_s
-        if self._held_by and len(self._held_by) < MAX_TRACES:
-            # (A run's first trace is not foreseen: it runs anyway, FIRST_TRACE_S.)
+        leaking = self.last_report is not None and self.last_report.verdict == "leak"
+        if (self._held_by or leaking or self._memory_leaks) and len(self._held_by) < MAX_TRACES:
+            # Before any leak is seen the first trace is not foreseen: if the
+            # last analysis finds one, that trace runs anyway (FIRST_TRACE_S).
             work += min(TRACE_CAP_S, max(self.trace_cost_s, FINAL_TRACE_S))
         return work
 
