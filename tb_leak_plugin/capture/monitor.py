@@ -759,15 +759,19 @@ class Monitor:
         every ``_FULL_COLLECT_EVERY``-th, and whenever the last full one found
         cyclic garbage worth counting; in between, collecting the young
         generations catches the cycles made since the last walk. Under a
-        budget, the last walk's is young too when the last full one found
-        little cyclic garbage. Returns whether it was full.
+        budget, the last walk's is young when the last full one found little
+        cyclic garbage and the run's budget has no room left for a full one.
+        Returns whether it was full.
         """
         full = self._finalizing or self._full_collection_next()
         if full and self._finalizing and self.overhead_budget is not None and self._full_gc_s is not None \
                 and self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL:
             # The last walk, when the last full collection found little cyclic
-            # garbage: the young generations hold what the loop made since.
-            full = False
+            # garbage: full only while the run's budget has room for it and
+            # the rest of the walk (garbage that reached the oldest generation
+            # since then would otherwise end every series high).
+            rest = (self._walk_base_s or 0.0) + (self._watch.analysis_cost_s if self._watch is not None else 0.0)
+            full = self._run_budget_s() - self._spent_now() >= self._full_gc_s + rest
         if full:
             self._garbage_found = gc.collect()
             self._walks_since_full = 0
