@@ -120,7 +120,7 @@ _TF_SCRIPT = textwrap.dedent(
             y = tf.random.normal([256, 256]) @ w
             if keep:
                 kept.append(y)  # the leak: every step's output stays alive
-            time.sleep(0.004)  # a training step's worth of time, for the overhead budget
+            time.sleep(0.005)  # a training step's worth of time: 600 steps make ~3.5 s of training
             monitor.sample(step)
         monitor.close()
 

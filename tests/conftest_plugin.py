@@ -26,7 +26,7 @@ RSS_TAG = "leak/process/rss_bytes"
 # The allocator's bytes in use grow exactly 256 KiB per step in the leaky run
 # (RSS grows too, but how much the OS shows is up to the allocator).
 TF_TAG = "leak/tf/CPU:0/bytes_in_use"
-STEPS = 300
+STEPS = 600
 
 def multiplexer_provider(logdir: str, samples: int = 0):
     """TensorBoard's Python data provider over ``logdir`` (loaded once)."""

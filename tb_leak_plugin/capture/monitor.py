@@ -294,6 +294,7 @@ class Monitor:
         self._step = -1
         self._train_s = 0.0
         self._loop_start_s = 0.0  # training time at the first sample
+        self._requested_s = 0.0  # the profiler window's start and stop (profile_steps)
         self._monitor_s = 0.0
         self._last_return = time.perf_counter()
         self._closed = False
@@ -347,7 +348,11 @@ class Monitor:
             step = self._step + 1 if step is None else int(step)
             self._step = step
             if self._profiler is not None:
+                started = time.perf_counter()
                 self._profiler.on_step_end(step)
+                # The trace the program asked for (profile_steps) is not the
+                # monitor's to pay from its budget.
+                self._requested_s += time.perf_counter() - started
             if self._train_s >= self._next_due_train_s:
                 self._run_due_units(step)
         except Exception as error:  # never into the training loop
@@ -720,7 +725,7 @@ class Monitor:
     def _run_budget_s(self) -> float:
         """What the whole run may cost when it ends: its share of the
         training time plus the whole allowance."""
-        return self.overhead_budget * self._train_s + self.overhead_allowance_s
+        return self.overhead_budget * self._train_s + self.overhead_allowance_s + self._requested_s
 
     def _budget_s(self) -> float | None:
         """Monitor seconds the budget allows so far: the share of the training
@@ -729,7 +734,8 @@ class Monitor:
             return None
         t = self._train_s
         loop = max(t - self._loop_start_s, 0.0)
-        return self.overhead_budget * t + self.overhead_allowance_s * loop / (loop + ALLOWANCE_HALF_S)
+        return (self.overhead_budget * t + self.overhead_allowance_s * loop / (loop + ALLOWANCE_HALF_S)
+                + self._requested_s)
 
     def _write_extra(self, step, sample, wall_time) -> None:
         try:

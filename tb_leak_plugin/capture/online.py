@@ -275,7 +275,11 @@ class LeakWatch:
                 write(step, extra, wall_time)
                 self.history.record(step, wall_time, extra)
             due = census.final or (self._walks >= MIN_WALKS_FOR_ANALYSIS and self._worth_analysing(walk_s))
-            if due and self._left() >= self.analysis_cost_s:
+            # The last walk of a run with no trace yet: its analysis, and one
+            # trace if it finds a leak, run whatever the budget has left
+            # (FIRST_TRACE_S): who holds a leak is the answer the user needs.
+            owed = census.final and not self._held_by
+            if due and (owed or self._left() >= self.analysis_cost_s):
                 self._analyse(step, wall_time, census, write)
             if pending:
                 extra = self._report_containers(pending, census)
