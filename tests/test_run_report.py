@@ -68,6 +68,26 @@ def test_small_uncorroborated_memory_growth_is_not_a_leak():
     assert report.verdict != "leak", report.reason
 
 
+def test_a_growing_list_of_floats_does_not_corroborate_kilobytes_a_step():
+    # The fixed twin that keeps float(loss) a step: its list grows, and RSS
+    # drifts up 8 KiB a step (2.6 MiB, 2.6% of its level); a list's floats
+    # cannot carry that.
+    steps = np.arange(330)
+    rng = np.random.default_rng(2)
+    rss = _series("process", "rss_anon_bytes", "bytes", steps, 100 * MiB + 8192 * steps + rng.normal(0, 2e3, 330))
+    census = steps[::30]
+    objects = _series("objects", "live_count", "count", census, np.full(census.size, 5000.0), subject="builtins.dict")
+    floats = _series("containers", "length", "count", census, census + 10.0,
+                     subject="loop() local `history` (train.py:3) → list of float")
+    report = build_run_report(_run(rss, objects, floats, _available(steps)))
+    assert report.verdict != "leak", report.reason
+    # A list of arrays growing as fast does corroborate it.
+    arrays = _series("containers", "length", "count", census, census + 10.0,
+                     subject="loop() local `history` (train.py:3) → list of ndarray")
+    report = build_run_report(_run(rss, objects, arrays, _available(steps)))
+    assert report.verdict == "leak", report.reason
+
+
 def test_allocator_bytes_growing_alone_is_a_native_leak():
     steps = np.arange(500)
     rng = np.random.default_rng(3)
