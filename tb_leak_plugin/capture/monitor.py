@@ -315,11 +315,10 @@ class Monitor:
         self._sample_started = time.perf_counter()
         # Measured parts of a heap walk, from which the final walk's cost is
         # foreseen: a full collection, the walk itself (object list, probes,
-        # container comparison), the numpy scan.
+        # container comparison); the numpy scan's cost is the tensors probe's.
         self._full_gc_s: float | None = None
         self._young_gc_s: float | None = None
         self._walk_base_s: float | None = None
-        self._numpy_s = 0.0
 
     # -- public API -------------------------------------------------------
 
@@ -641,8 +640,6 @@ class Monitor:
     def _learn_walk(self, census, gc_s: float, full_gc: bool, walk_s: float) -> None:
         """Note the measured parts of this walk (see ``_final_walk_s``)."""
         numpy_s = getattr(census, "numpy_s", 0.0)
-        if numpy_s > 0:
-            self._numpy_s = numpy_s
         if full_gc:
             self._full_gc_s = gc_s
         else:
