@@ -119,3 +119,55 @@ def test_growing_graph_is_a_named_culprit():
     top = report.culprits[0]
     assert top.kind == "graph" and top.hint == "graph_grows"
     assert "12" in top.evidence
+
+
+def _walk_series(walks, full, collected):
+    return (_series("gc", "full_collection", "count", walks, np.asarray(full, float)),
+            _series("gc", "collected", "count", walks, np.asarray(collected, float)))
+
+
+def _object_counts(walks, counts, name="errors.BadRecord"):
+    return _series("objects", "live_count", "count", walks, np.asarray(counts, float), subject=name)
+
+
+def test_objects_alive_at_a_full_collection_and_let_go_at_close_are_a_leak():
+    # Exceptions kept with their tracebacks, one in three steps; the loop's
+    # function returns before close(), and the last walk's collection frees
+    # the cycle they form. The walk before it collected fully and counted
+    # them alive: the fall at the last walk is a release, left out.
+    walks = [0, 400, 1100, 1800, 2500, 2999]
+    counts = [1, 134, 367, 600, 834, 0]
+    report = build_run_report(_run(_object_counts(walks, counts),
+                                   *_walk_series(walks, [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 4100])))
+    names = [c.name for c in report.culprits]
+    assert "errors.BadRecord" in names, report.to_dict()
+
+
+def test_a_count_that_falls_at_close_after_young_collections_only_is_not_called():
+    # The same counts when the walks between the first and the last were
+    # young collections: they may have counted garbage waiting in the oldest
+    # generation, which the last (full) collection freed. Not a leak, and
+    # not "no growth" either.
+    walks = [0, 400, 1100, 1800, 2500, 2999]
+    counts = [1, 134, 367, 600, 834, 0]
+    report = build_run_report(_run(_object_counts(walks, counts),
+                                   *_walk_series(walks, [1, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 4100])))
+    series = {s.tag: s for s in report.series}["leak/objects/errors.BadRecord"]
+    assert series.trend.verdict == "inconclusive", series.trend.reason
+    assert "fell back at the last one" in series.trend.reason
+    assert "errors.BadRecord" not in [c.name for c in report.culprits]
+
+
+def test_a_type_followed_from_the_second_census_has_its_baseline():
+    # The census names a type at the walk where it first grew; its count at
+    # the first walk travels in the series' plugin data, so four walks give
+    # a five-point series.
+    import json
+    info = SeriesInfo("objects", "live_count", "count", "errors.BadRecord",
+                      detail=json.dumps({"format": 1, "before": [[0, 1e9, 1]]}))
+    steps = np.array([400, 1100, 1800, 2500])
+    counts = _series("objects", "live_count", "count", steps, 1 + steps / 3)
+    series = Series.from_points(info.tag, info, steps, counts.wall_times, counts.values)
+    report = build_run_report(_run(series))
+    judged = {s.tag: s for s in report.series}[info.tag]
+    assert judged.trend.samples == 5 and judged.trend.verdict == "leak", judged.trend.reason

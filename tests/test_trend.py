@@ -373,3 +373,14 @@ def test_a_few_early_samples_and_one_at_the_end_need_the_same_rate_throughout():
     # Samples spread over the run keep the usual steadiness rule.
     result = assess_series([0, 60, 130, 190, 249], [100, 112, 127, 139, 151], unit="count")
     assert result.verdict == "leak", result.reason
+
+
+def test_a_few_samples_that_rise_then_fall_back_at_the_last_are_not_flat():
+    # A rise at every interval and a fall to the start at the last sample:
+    # the fall's scatter must not pass for noise around a flat line.
+    result = assess_series([338, 1551, 2368, 2999], [113, 518, 790, 0], unit="count")
+    assert result.verdict == "inconclusive", result.reason
+    assert "fell back at the last one" in result.reason
+    # Noise around a level is still told apart.
+    flat = assess_series([0, 338, 1551, 2368, 2999], [100, 101, 100, 100, 100], unit="count")
+    assert flat.verdict == "no_leak", flat.reason

@@ -78,8 +78,13 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 
 
 def assess(series: Series, available_bytes: float | None = None,
-           judged_measures: frozenset = frozenset()) -> SeriesReport:
-    """Assess one series (context series are described, not judged)."""
+           judged_measures: frozenset = frozenset(), collections: tuple = (None, None)) -> SeriesReport:
+    """Assess one series (context series are described, not judged).
+
+    ``collections``: the ``gc/collected`` and ``gc/full_collection`` series
+    (what each heap walk's collection found, and whether it was full), which
+    tell an object count that falls at the last walk because the program
+    let go of its objects from one the collector freed."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -95,8 +100,10 @@ def assess(series: Series, available_bytes: float | None = None,
             # Live tensors, arrays and traces are not garbage a collection
             # frees: a last sample back at the start is the loop's data freed
             # after it returned. Object types and memory may drop because the
-            # final census collected garbage, which must count.
-            final_release=series.info.group in ("tensors", "tf_function", "tf_graph"),
+            # final census collected garbage, which must count: an object
+            # count's fall is the program's only where it is larger than
+            # what that collection found.
+            final_release=_final_release(series, role, collections),
         )
     if role == ROLE_MEMORY and trend is not None and trend.verdict in ("leak", "inconclusive"):
         trend = _apply_materiality(trend, series.steps[finite], values[finite])
@@ -113,6 +120,35 @@ def assess(series: Series, available_bytes: float | None = None,
         last_value=last_value,
         trend=trend,
     )
+
+
+def _final_release(series: Series, role: str, collections: tuple):
+    """Whether (True), or beyond what fall (a number), a last sample that
+    falls back to the start is left out of ``series``' analysis."""
+    if series.info.group in ("tensors", "tf_function", "tf_graph"):
+        return True
+    collected, full = collections
+    if role not in (ROLE_OBJECTS, ROLE_CONTAINERS) or collected is None or len(series) < 3:
+        return False
+    if full is not None:
+        # What a walk counted right after a full collection was alive then.
+        # If the last of those (before the last walk) saw most of the growth,
+        # and the last walk falls well below it, the program let go of live
+        # objects when the loop ended: the last point is a release.
+        fulls = full.steps[(full.values == 1.0) & (full.steps < series.steps[-1])]
+        at = np.flatnonzero(np.isin(series.steps[:-1], fulls))
+        if at.size:
+            k = int(at[-1])
+            y = series.values
+            start = float(np.min(y[:k + 1]))
+            alive = float(y[k]) - start
+            if alive > 0 and alive >= 0.5 * (float(np.max(y[:-1])) - start) \
+                    and float(y[k] - y[-1]) > 0.5 * alive:
+                return True
+    at = np.flatnonzero(collected.steps == int(series.steps[-1]))
+    if not at.size or not np.isfinite(collected.values[at[-1]]):
+        return False
+    return max(float(collected.values[at[-1]]), 0.0)
 
 
 def _apply_materiality(trend: TrendResult, steps: np.ndarray, values: np.ndarray) -> TrendResult:
@@ -149,7 +185,7 @@ def _with_earlier_points(series: Series) -> Series:
     """A container's length series carries, in its plugin data, the lengths
     seen at the heap walks before it was named (``{"format": 1, "before":
     [[step, wall_time, length], ...]}``): they go in front of its points."""
-    if series.info.group != "containers" or not series.info.detail:
+    if series.info.group not in ("containers", "objects") or not series.info.detail:
         return series
     try:
         before = json.loads(series.info.detail)["before"]
@@ -183,8 +219,9 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     warnings = list(run.warnings)
     traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
-    reports = [assess(_with_earlier_points(series), available, measures) for series in run.series.values()
-               if series.info.group != HELD_BY_GROUP]
+    collections = (run.series.get("leak/gc/collected"), run.series.get("leak/gc/full_collection"))
+    reports = [assess(_with_earlier_points(series), available, measures, collections)
+               for series in run.series.values() if series.info.group != HELD_BY_GROUP]
     _one_rate(reports, run)
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:

@@ -203,7 +203,10 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         the series; gives the time and steps until a leak exhausts it.
       final_release: leave out a last sample that falls back most of the way
         to the start (see `_drop_final_release`); for counts that garbage
-        collection does not move (live tensors, arrays, traces).
+        collection does not move (live tensors, arrays, traces). A number
+        leaves it out only when it falls by more than that: for object
+        counts, what the last walk's collection found (a larger fall is the
+        program letting go, not the collector).
       min_samples: fewer finite samples than this give "inconclusive". Below
         ``SMALL_SERIES`` samples a simpler test decides (see `_decide_small`):
         how many samples a verdict needs follows from the noise, so an exact
@@ -215,8 +218,9 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     """
     steps_f, values_f, walls_f, dropped = _prepare(steps, values, wall_times)
     steps_f, values_f, walls_f, spikes = _drop_spikes(steps_f, values_f, walls_f)
-    if final_release:
-        steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f)
+    if final_release is not False and final_release is not None:
+        over = 0.0 if final_release is True else float(final_release)
+        steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f, over)
         spikes += released
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
@@ -348,7 +352,7 @@ def _drop_spikes(t, y, w):
     return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
 
 
-def _drop_final_release(t, y, w):
+def _drop_final_release(t, y, w, over: float = 0.0):
     """Leave out a last sample that falls back most of the way to the start.
 
     The monitor's last sample is taken at ``close()``, often after the
@@ -363,7 +367,7 @@ def _drop_final_release(t, y, w):
     drop = float(y[-2] - y[-1])
     steps_up = np.diff(y[:-1])
     rising = np.count_nonzero(steps_up > 0) >= 0.6 * steps_up.size
-    if grown > 0 and drop > 0.5 * grown and rising:
+    if grown > 0 and drop > 0.5 * grown and drop > over and rising:
         return t[:-1], y[:-1], (w[:-1] if w is not None else None), 1
     return t, y, w, 0
 
@@ -844,6 +848,13 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> Tren
         flat_end = flat_end or (unit != "bytes" and bool(np.all(yf[-3:] == yf[-1])))
     upper = hi * span if math.isfinite(hi) else math.inf
     bounded = upper < NO_LEAK_NOISE_SD * noise if noise > 0 else hi <= 0
+    rises = np.diff(yf[:-1])
+    # Growth at every interval but the last, which falls most of the way
+    # back: the noise it makes says nothing of growth before it.
+    fell_back = (m >= 3 and bool(np.all(rises > 0))
+                 and float(yf[-2] - yf[-1]) > 0.5 * float(yf[-2] - yf[0]) > 0)
+    if fell_back:
+        flat_end = bounded = False
     if m >= 4 and (flat_end or bounded):
         if flat_end:
             reason = (f"no growth over the last 2 of {n} samples (steps {int(tf[-3])} to {int(tf[-1])}); "
@@ -855,6 +866,14 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> Tren
         return TrendResult(verdict="no_leak", confidence=0.9 if flat_end else 0.8, p_value=max(p_value, 0.5),
                            onset_step=None, total_growth=growth, seconds_to_exhaustion=None,
                            steps_to_exhaustion=None, reason=reason + _samples_note(n, dropped, spikes), shape=shape, **base)
+    if fell_back:
+        before = float(yf[-2] - yf[0]) / max(float(tf[-2] - tf[0]), 1.0)
+        reason = (f"grew {_fmt(before, unit)}/step at every sample from step {int(tf[0])} to {int(tf[-2])}, "
+                  f"then fell back at the last one (step {int(tf[-1])}): what the loop kept and let go of "
+                  f"when it ended, or garbage the last collection freed{_samples_note(n, dropped, spikes)}")
+        return TrendResult(verdict="inconclusive", confidence=0.5, p_value=p_value, onset_step=None,
+                           total_growth=growth, seconds_to_exhaustion=None, steps_to_exhaustion=None,
+                           reason=reason, shape="unclear", **base)
     if slope > 0 and p_value < ALPHA_LEAK and not steady:
         why = "grows, but not steadily between the last samples"
     elif slope > 0 and p_value < ALPHA_LEAK:

@@ -39,7 +39,7 @@ import weakref
 from tb_leak_plugin.capture import cluster as cluster_lib
 from tb_leak_plugin.capture import probes as probes_lib
 from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
-from tb_leak_plugin.metadata import task_series_info
+from tb_leak_plugin.metadata import SeriesInfo, task_series_info
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 
 logger = logging.getLogger("tb_leak_plugin")
@@ -58,6 +58,13 @@ _HEAP_WALK = threading.Lock()
 # and the share of tracked objects found as garbage that makes every one full.
 _FULL_COLLECT_EVERY = 4
 _GARBAGE_SHARE_FOR_FULL = 0.01
+# A full collection this cheap (seconds, or share of the rest of the walk)
+# runs at every walk: the counts it leaves are of live objects only, so a
+# count that falls at the last walk is the program letting go of them.
+_FULL_COLLECT_CHEAP_S = 0.05
+_FULL_COLLECT_CHEAP_SHARE = 1.0
+# A full collection's cost per tracked object (about 0.2-0.6 µs here).
+_FULL_COLLECT_SECONDS_PER_OBJECT = 0.3e-6
 # How long a heap walk waits for another thread's to finish before it skips.
 _HEAP_WALK_WAIT_S = 2.0
 
@@ -93,6 +100,10 @@ _FINAL_RESERVE = 0.5
 # The final heap walk's foreseen cost is its measured parts times this: the
 # heap has grown since they were measured.
 _FORESIGHT_MARGIN = 1.25
+
+
+_COLLECTED_INFO = SeriesInfo("gc", "collected", "count")
+_FULL_INFO = SeriesInfo("gc", "full_collection", "count")
 
 
 class _Unit:
@@ -302,6 +313,8 @@ class Monitor:
         self._garbage_share: float | None = None  # of the last full collection
         self._walks_since_full = 0
         self._garbage_found: int | None = None
+        # Unreachable objects the last walk's collection found (full or young).
+        self._collected: int | None = None
         self._write_failures = 0
         # Online confirmation, leak traces and on_leak (see capture/online.py).
         self._watch = None
@@ -317,6 +330,7 @@ class Monitor:
         # foreseen: a full collection, the walk itself (object list, probes,
         # container comparison); the numpy scan's cost is the tensors probe's.
         self._full_gc_s: float | None = None
+        self._full_gc_cheap_s: float | None = None  # what decides "cheap" (see _learn_walk)
         self._young_gc_s: float | None = None
         self._walk_base_s: float | None = None
 
@@ -492,6 +506,11 @@ class Monitor:
                 started = time.perf_counter()
                 if self.census_collects_garbage:
                     full_gc = self._collect_garbage()
+                    # What the collection freed: the analysis tells a count
+                    # that falls at the last walk because the program let go
+                    # of its objects from one the collector took.
+                    sample.append((_COLLECTED_INFO, float(self._collected)))
+                    sample.append((_FULL_INFO, 1.0 if full_gc else 0.0))
                 walk_cost = gc_s = time.perf_counter() - started
             # The cheap probes read memory after the collection and before the
             # walk's object list exists (~8 bytes per tracked object).
@@ -508,6 +527,7 @@ class Monitor:
                 started = time.perf_counter()
                 census = probes_lib.collect_objects()
                 census.final = self._finalizing
+                census.step, census.wall_time = step, time.time()
                 census.spare_s = self._walk_spare_s(due, gc_s)
                 if self._garbage_found is not None:
                     self._garbage_share = self._garbage_found / max(len(census.objects), 1)
@@ -642,6 +662,11 @@ class Monitor:
         numpy_s = getattr(census, "numpy_s", 0.0)
         if full_gc:
             self._full_gc_s = gc_s
+            # The first full collection also frees the program's set-up:
+            # whether later ones are cheap is judged on the heap's size too.
+            tracked = len(census.objects) if census is not None else 0
+            self._full_gc_cheap_s = gc_s if self._full_gc_cheap_s is not None else min(
+                gc_s, _FULL_COLLECT_SECONDS_PER_OBJECT * tracked)
         else:
             self._young_gc_s = gc_s
         base = max(walk_s - gc_s - numpy_s, 0.0)
@@ -651,7 +676,9 @@ class Monitor:
         return next((p for u in self._units for p in u.probes if isinstance(p, probes_lib.LiveTensorsProbe)), None)
 
     def _full_collection_next(self) -> bool:
-        return (self._walks_since_full >= _FULL_COLLECT_EVERY - 1 or self._garbage_share is None
+        cheap = self._full_gc_cheap_s is not None and self._full_gc_cheap_s <= max(
+            _FULL_COLLECT_CHEAP_S, _FULL_COLLECT_CHEAP_SHARE * (self._walk_base_s or 0.0))
+        return (cheap or self._walks_since_full >= _FULL_COLLECT_EVERY - 1 or self._garbage_share is None
                 or self._garbage_share > _GARBAGE_SHARE_FOR_FULL)
 
     def _next_walk_s(self) -> float | None:
@@ -759,8 +786,9 @@ class Monitor:
 
         A full collection traverses the whole heap (about half of a heap
         walk on a TensorFlow heap). It runs on the first and last walks, on
-        every ``_FULL_COLLECT_EVERY``-th, and whenever the last full one found
-        cyclic garbage worth counting; in between, collecting the young
+        every ``_FULL_COLLECT_EVERY``-th, whenever the last full one found
+        cyclic garbage worth counting, and at every walk where one is cheap
+        (a small heap); in between, collecting the young
         generations catches the cycles made since the last walk. Under a
         budget, the last walk's is young when the last full one found little
         cyclic garbage and the run's budget has no room left for a full one.
@@ -776,11 +804,11 @@ class Monitor:
             rest = (self._walk_base_s or 0.0) + (self._watch.analysis_cost_s if self._watch is not None else 0.0)
             full = self._run_budget_s() - self._spent_now() >= self._full_gc_s + rest
         if full:
-            self._garbage_found = gc.collect()
+            self._garbage_found = self._collected = gc.collect()
             self._walks_since_full = 0
         else:
             self._garbage_found = None
-            gc.collect(1)
+            self._collected = gc.collect(1)
             self._walks_since_full += 1
         return full
 

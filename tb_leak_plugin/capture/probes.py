@@ -18,6 +18,7 @@ import collections
 import ctypes
 import gc
 import itertools
+import json
 import operator
 import sys
 import time
@@ -237,6 +238,10 @@ class Census:
         self.spare_s: float | None = None
         #: Seconds the numpy scan took at this walk (0: it did not run).
         self.numpy_s = 0.0
+        #: The step and wall time of the sample this walk belongs to (set by
+        #: the Monitor; None when a probe is called on its own).
+        self.step: int | None = None
+        self.wall_time: float | None = None
         self._unhashable = False
         self._by_type: collections.Counter | None = None
         self._wanted: set = set()
@@ -437,6 +442,9 @@ class ObjectCensusProbe(Probe):
     adds the ``top_k`` types that grew most since the first census, until
     ``max_types`` types are followed. A type once followed is written at
     every census (0 when none are left), so its series never has holes.
+    A type followed from a later census carries its counts at the first
+    census and the one before (in the series' plugin data, as a container's
+    earlier lengths): a leak named at the second walk has its baseline.
     Also writes the total number of gc-tracked objects.
     """
 
@@ -447,13 +455,18 @@ class ObjectCensusProbe(Probe):
         self.top_k = top_k
         self.max_types = max_types
         self._baseline: dict[str, int] | None = None
+        self._baseline_at: tuple = (None, None)
+        self._previous: dict[str, int] | None = None
+        self._previous_at: tuple = (None, None)
         self._followed: list[str] = []
+        self._infos: dict[str, SeriesInfo] = {}
 
     def sample(self, objects=None) -> Sample:
         census = _as_census(objects)
         counts = count_types(census)
+        at = (getattr(census, "step", None), getattr(census, "wall_time", None))
         if self._baseline is None:
-            self._baseline = counts
+            self._baseline, self._baseline_at = counts, at
             ranked = sorted(counts, key=lambda name: (-counts[name], name))
             self._followed = ranked[: min(self.top_k, self.max_types)]
         else:
@@ -467,11 +480,25 @@ class ObjectCensusProbe(Probe):
                     if name not in followed and count > baseline.get(name, 0)
                 }
                 ranked = sorted(growth, key=lambda name: (-growth[name], name))
-                self._followed.extend(ranked[: min(self.top_k, room)])
-        sample = [(SeriesInfo("objects", "live_count", "count", name), float(counts.get(name, 0)))
-                  for name in self._followed]
+                for name in ranked[: min(self.top_k, room)]:
+                    self._followed.append(name)
+                    self._infos[name] = self._info_with_earlier(name)
+        sample = [(self._infos.get(name) or SeriesInfo("objects", "live_count", "count", name),
+                   float(counts.get(name, 0))) for name in self._followed]
         sample.append((SeriesInfo("gc", "tracked_objects", "count"), float(len(census.objects))))
+        self._previous, self._previous_at = counts, at
         return sample
+
+    def _info_with_earlier(self, name: str) -> SeriesInfo:
+        points = []
+        for counts, (step, wall) in ((self._baseline, self._baseline_at), (self._previous, self._previous_at)):
+            if counts is None or step is None or (points and points[-1][0] == int(step)):
+                continue
+            points.append([int(step), round(float(wall or 0.0), 3), int(counts.get(name, 0))])
+        if not points:
+            return SeriesInfo("objects", "live_count", "count", name)
+        return SeriesInfo("objects", "live_count", "count", name,
+                          detail=json.dumps({"format": 1, "before": points}, separators=(",", ":")))
 
 
 class LiveTensorsProbe(Probe):
