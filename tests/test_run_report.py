@@ -171,3 +171,17 @@ def test_a_type_followed_from_the_second_census_has_its_baseline():
     report = build_run_report(_run(series))
     judged = {s.tag: s for s in report.series}[info.tag]
     assert judged.trend.samples == 5 and judged.trend.verdict == "leak", judged.trend.reason
+
+
+def test_growing_memoryviews_are_named_as_arrays_made_from_tensors():
+    import tensorflow as tf
+
+    from tb_leak_plugin.analysis.hints import hint_for_type
+
+    # What np.asarray(tensor) returns is a view of the tensor's buffer.
+    array = np.asarray(tf.zeros((4, 4)))
+    assert type(array.base).__name__ == "memoryview"
+    walks = np.array([0, 100, 141, 599])
+    report = build_run_report(_run(_object_counts(walks, 5 + walks / 20, name="builtins.memoryview")))
+    assert report.culprits[0].name == "builtins.memoryview"
+    assert report.culprits[0].hint == "buffer_views_kept" == hint_for_type("builtins.managedbuffer").key

@@ -40,6 +40,16 @@ HINTS = {
         "Keep summaries (means, counts) instead of arrays, write them out and drop them, or bound the "
         "container.",
     ),
+    "buffer_views_kept": Hint(
+        "buffer_views_kept",
+        "views of buffers accumulating (numpy arrays made from tensors)",
+        "Live memoryview objects grow with the step count. Each numpy array made from a TensorFlow "
+        "tensor (`np.asarray(t)`, `t.numpy()`, a model's output converted to numpy) holds a view of "
+        "the tensor's buffer, so a container that keeps those arrays keeps the tensors' memory; "
+        "without TensorFlow, slices of bytes or arrays kept through `memoryview`.",
+        "Keep summaries of the arrays (scores, means) or only the latest, copy the slice you need "
+        "(`np.array(view)`), or bound the container.",
+    ),
     "retracing": Hint(
         "retracing",
         "tf.function retraced again and again",
@@ -213,6 +223,8 @@ def hint_for_type(type_name: str) -> Hint:
         return HINTS["graph_grows"]
     if type_name.startswith("numpy."):
         return HINTS["arrays_kept"]
+    if type_name in ("builtins.memoryview", "builtins.managedbuffer"):
+        return HINTS["buffer_views_kept"]
     if _FUNCTION.search(type_name):
         return HINTS["function_per_step"]
     if _KERAS.search(type_name):

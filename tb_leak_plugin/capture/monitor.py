@@ -331,6 +331,7 @@ class Monitor:
         # container comparison); the numpy scan's cost is the tensors probe's.
         self._full_gc_s: float | None = None
         self._full_gc_cheap_s: float | None = None  # what decides "cheap" (see _learn_walk)
+        self._full_gc_first = True
         self._young_gc_s: float | None = None
         self._walk_base_s: float | None = None
 
@@ -664,9 +665,11 @@ class Monitor:
             self._full_gc_s = gc_s
             # The first full collection also frees the program's set-up:
             # whether later ones are cheap is judged on the heap's size too.
+            # (That estimate is held to the absolute bar only.)
             tracked = len(census.objects) if census is not None else 0
-            self._full_gc_cheap_s = gc_s if self._full_gc_cheap_s is not None else min(
-                gc_s, _FULL_COLLECT_SECONDS_PER_OBJECT * tracked)
+            first = self._full_gc_cheap_s is None
+            self._full_gc_cheap_s = min(gc_s, _FULL_COLLECT_SECONDS_PER_OBJECT * tracked) if first else gc_s
+            self._full_gc_first = first
         else:
             self._young_gc_s = gc_s
         base = max(walk_s - gc_s - numpy_s, 0.0)
@@ -676,8 +679,9 @@ class Monitor:
         return next((p for u in self._units for p in u.probes if isinstance(p, probes_lib.LiveTensorsProbe)), None)
 
     def _full_collection_next(self) -> bool:
-        cheap = self._full_gc_cheap_s is not None and self._full_gc_cheap_s <= max(
-            _FULL_COLLECT_CHEAP_S, _FULL_COLLECT_CHEAP_SHARE * (self._walk_base_s or 0.0))
+        cheap = self._full_gc_cheap_s is not None and self._full_gc_cheap_s <= (
+            _FULL_COLLECT_CHEAP_S if self._full_gc_first
+            else max(_FULL_COLLECT_CHEAP_S, _FULL_COLLECT_CHEAP_SHARE * (self._walk_base_s or 0.0)))
         return (cheap or self._walks_since_full >= _FULL_COLLECT_EVERY - 1 or self._garbage_share is None
                 or self._garbage_share > _GARBAGE_SHARE_FOR_FULL)
 
