@@ -185,3 +185,15 @@ def test_growing_memoryviews_are_named_as_arrays_made_from_tensors():
     report = build_run_report(_run(_object_counts(walks, 5 + walks / 20, name="builtins.memoryview")))
     assert report.culprits[0].name == "builtins.memoryview"
     assert report.culprits[0].hint == "buffer_views_kept" == hint_for_type("builtins.managedbuffer").key
+
+
+@pytest.mark.parametrize("detail", ['{"format": 1, "before": [[Infinity, 0, 1]]}', '{"before": "abc"}',
+                                    '{"before": 7}', '[1, 2]', 'not json', '{"before": [[NaN, 0, 1]]}'])
+def test_hostile_earlier_points_of_an_object_count_are_ignored(detail):
+    info = SeriesInfo("objects", "live_count", "count", "errors.BadRecord", detail=detail)
+    steps = np.array([0, 400, 1100, 1800, 2500])
+    values = 1 + steps / 3.0
+    series = Series.from_points(info.tag, info, steps, 1e9 + steps * 0.01, values)
+    report = build_run_report(_run(series))
+    judged = {s.tag: s for s in report.series}[info.tag]
+    assert judged.trend.samples == 5

@@ -190,7 +190,7 @@ def _with_earlier_points(series: Series) -> Series:
     try:
         before = json.loads(series.info.detail)["before"]
         points = [(int(s), float(w), float(n)) for s, w, n in before]
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, OverflowError):
         return series
     first = int(series.steps[0]) if len(series) else None
     points = [p for p in points if first is None or p[0] < first][-256:]
