@@ -62,7 +62,7 @@ _GARBAGE_SHARE_FOR_FULL = 0.01
 # runs at every walk: the counts it leaves are of live objects only, so a
 # count that falls at the last walk is the program letting go of them.
 _FULL_COLLECT_CHEAP_S = 0.05
-_FULL_COLLECT_CHEAP_SHARE = 1.0
+_FULL_COLLECT_CHEAP_SHARE = 0.25
 # A full collection's cost per tracked object (about 0.2-0.6 µs here).
 _FULL_COLLECT_SECONDS_PER_OBJECT = 0.3e-6
 # How long a heap walk waits for another thread's to finish before it skips.
