@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from tb_leak_plugin.analysis import census, hints as hints_lib, holders
-from tb_leak_plugin.analysis.trend import TrendResult, assess_series
+from tb_leak_plugin.analysis.trend import MIN_COUNT_GROWTH, TrendResult, assess_series
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
 from tb_leak_plugin.metadata import HELD_BY_GROUP
@@ -105,6 +105,8 @@ def assess(series: Series, available_bytes: float | None = None,
             # what that collection found.
             final_release=_final_release(series, role, collections),
         )
+    if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
+        trend = _held_to_full_collections(trend, series, collections[1])
     if role == ROLE_MEMORY and trend is not None and trend.verdict in ("leak", "inconclusive"):
         trend = _apply_materiality(trend, series.steps[finite], values[finite])
     return SeriesReport(
@@ -122,33 +124,61 @@ def assess(series: Series, available_bytes: float | None = None,
     )
 
 
-def _final_release(series: Series, role: str, collections: tuple):
-    """Whether (True), or beyond what fall (a number), a last sample that
-    falls back to the start is left out of ``series``' analysis."""
+def _final_release(series: Series, role: str, collections: tuple) -> bool:
+    """Whether a last sample that falls back to the start is left out of
+    ``series``' analysis (the program let go of its objects at the end)."""
     if series.info.group in ("tensors", "tf_function", "tf_graph"):
         return True
-    collected, full = collections
-    if role not in (ROLE_OBJECTS, ROLE_CONTAINERS) or collected is None or len(series) < 3:
+    full = collections[1]
+    if role not in (ROLE_OBJECTS, ROLE_CONTAINERS) or full is None or len(series) < 3:
         return False
-    if full is not None:
-        # What a walk counted right after a full collection was alive then.
-        # If the last of those (before the last walk) saw most of the growth,
-        # and the last walk falls well below it, the program let go of live
-        # objects when the loop ended: the last point is a release.
-        fulls = full.steps[(full.values == 1.0) & (full.steps < series.steps[-1])]
-        at = np.flatnonzero(np.isin(series.steps[:-1], fulls))
-        if at.size:
-            k = int(at[-1])
-            y = series.values
-            start = float(np.min(y[:k + 1]))
-            alive = float(y[k]) - start
-            if alive > 0 and alive >= 0.5 * (float(np.max(y[:-1])) - start) \
-                    and float(y[k] - y[-1]) > 0.5 * alive:
-                return True
-    at = np.flatnonzero(collected.steps == int(series.steps[-1]))
-    if not at.size or not np.isfinite(collected.values[at[-1]]):
+    # What a walk counted right after a full collection was alive then. If
+    # the last of those (before the last walk) saw most of the growth, and
+    # the last walk falls well below it, the program let go of live objects
+    # when the loop ended: the last point is a release. (What the last
+    # collection found says nothing: the garbage may have gone before it.)
+    fulls = full.steps[(full.values == 1.0) & (full.steps < series.steps[-1])]
+    at = np.flatnonzero(np.isin(series.steps[:-1], fulls))
+    if not at.size:
         return False
-    return max(float(collected.values[at[-1]]), 0.0)
+    k = int(at[-1])
+    y = series.values
+    start = float(np.nanmin(y[:k + 1]))
+    alive = float(y[k]) - start
+    return bool(alive > 0 and alive >= 0.5 * (float(np.nanmax(y[:-1])) - start)
+                and float(y[k] - y[-1]) > 0.5 * alive)
+
+
+def _held_to_full_collections(trend: TrendResult, series: Series, full: Series | None) -> TrendResult:
+    """A count that grows only between full collections is not a leak.
+
+    Walks that collect only the young generations count the garbage waiting
+    in the oldest one (an evicted cyclic record, a dropped model). The
+    counts right after full collections are of live objects: a ``leak`` of
+    an object count or a container's length must grow between them too, by
+    at least half of what its fitted rate says, over at least half of what
+    was analysed. Otherwise it is ``inconclusive``, saying why."""
+    if full is None or trend.verdict != "leak" or not len(series):
+        return trend
+    end = (trend.fit or {}).get("end_step", int(series.steps[-1]))
+    start = (trend.fit or {}).get("start_step", int(series.steps[0]))
+    fulls = full.steps[full.values == 1.0]
+    keep = np.isin(series.steps, fulls) & (series.steps <= end) & np.isfinite(series.values)
+    if np.all(np.isin(series.steps[(series.steps >= start) & (series.steps <= end)], fulls)):
+        return trend  # every point analysed followed a full collection
+    steps, values = series.steps[keep], series.values[keep]
+    slope = float(trend.slope_per_step)
+    if steps.size >= 2 and steps[-1] - steps[0] >= 0.5 * max(end - start, 1):
+        grown = float(values[-1] - values[0])
+        if grown >= max(0.5 * slope * float(steps[-1] - steps[0]), MIN_COUNT_GROWTH):
+            return trend
+        why = (f"grows {slope:.3g}/step between heap walks, but by only {grown:.3g} between the full "
+               f"collections at steps {int(steps[0])} and {int(steps[-1])}: may be garbage waiting for a "
+               f"full collection ({trend.samples} samples)")
+    else:
+        why = (f"{trend.reason}; but the walks that collected fully do not span the growth, so it may be "
+               f"garbage waiting for a full collection")
+    return dataclasses.replace(trend, verdict="inconclusive", confidence=0.5, reason=why)
 
 
 def _apply_materiality(trend: TrendResult, steps: np.ndarray, values: np.ndarray) -> TrendResult:
@@ -193,7 +223,8 @@ def _with_earlier_points(series: Series) -> Series:
     except (TypeError, ValueError, KeyError, OverflowError):
         return series
     first = int(series.steps[0]) if len(series) else None
-    points = [p for p in points if first is None or p[0] < first][-256:]
+    points = [p for p in points if (first is None or p[0] < first) and abs(p[0]) < 2 ** 62
+              and math.isfinite(p[1]) and math.isfinite(p[2])][-256:]
     if not points:
         return series
     return Series.from_points(series.tag, series.info,

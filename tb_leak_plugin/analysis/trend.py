@@ -852,7 +852,10 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> Tren
     # Growth at every interval but the last, which falls most of the way
     # back: the noise it makes says nothing of growth before it.
     fell_back = (m >= 3 and bool(np.all(rises > 0))
-                 and float(yf[-2] - yf[-1]) > 0.5 * float(yf[-2] - yf[0]) > 0)
+                 and float(yf[-2] - yf[-1]) > 0.5 * float(yf[-2] - yf[0])
+                 # (the noise is no bar here: the fall makes it)
+                 and float(yf[-2] - yf[0]) > max(0.0 if unit == "bytes" else MIN_COUNT_GROWTH,
+                                                 0.01 * float(np.median(np.abs(yf)))))
     if fell_back:
         flat_end = bounded = False
     if m >= 4 and (flat_end or bounded):

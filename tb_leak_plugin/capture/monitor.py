@@ -208,8 +208,9 @@ class Monitor:
       census_collects_garbage: collect garbage before each census, so that
         unreachable cycles waiting for the collector are not counted as live
         objects: a full ``gc.collect()`` on the first and last census, every
-        4th, and every one while the program makes cyclic garbage; the young
-        generations in between (its cost is part of the census cost and budget).
+        4th, every one while the program makes cyclic garbage, and every one
+        where a full collection is cheap (a small heap); the young generations
+        in between (its cost is part of the census cost and budget).
       run_name: the run under ``logdir`` to write to; may use ``{task_type}``,
         ``{task_index}`` and ``{task}`` from ``TF_CONFIG``; ``"."`` is the
         logdir itself. Default: the logdir itself, except in a
