@@ -329,3 +329,29 @@ def test_monitor_stops_after_repeated_write_failures(tmp_path, caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert sum("writing summaries failed" in m for m in messages) == 1
     assert any("stops sampling" in m for m in messages)
+
+
+def test_each_heap_walk_writes_what_its_collection_found_and_types_named_later_carry_their_baseline(tmp_path):
+    # A loop at defaults that keeps one self-referencing record per step.
+    class Record:
+        def __init__(self):
+            self.me = self
+
+    kept = []
+    monitor = tbleak.Monitor(str(tmp_path / "run"))
+    for step in range(2000):
+        kept.append(Record())
+        time.sleep(0.001)  # 2 s of training
+        monitor.sample(step)
+    monitor.close()
+    run = loading.load_run("run", str(tmp_path / "run"))
+    walks = run.series["leak/gc/tracked_objects"].steps
+    collected = run.series["leak/gc/collected"]
+    full = run.series["leak/gc/full_collection"]
+    assert len(walks) >= 3
+    assert list(collected.steps) == list(walks) == list(full.steps)
+    assert np.all(collected.values >= 0) and set(full.values) <= {0.0, 1.0}
+    assert full.values[0] == 1.0 and full.values[-1] == 1.0
+    record = next(s for tag, s in run.series.items() if tag.startswith("leak/objects/") and tag.endswith("Record"))
+    before = json.loads(record.info.detail)["before"]
+    assert before[0][0] == 0 and before[0][2] <= 1  # its count at the first walk

@@ -156,8 +156,10 @@ def _held_to_full_collections(trend: TrendResult, series: Series, full: Series |
     in the oldest one (an evicted cyclic record, a dropped model). The
     counts right after full collections are of live objects: a ``leak`` of
     an object count or a container's length must grow between them too, by
-    at least half of what its fitted rate says, over at least half of what
-    was analysed. Otherwise it is ``inconclusive``, saying why."""
+    at least half of what its fitted rate says, where those walks span at
+    least half of what was analysed. Otherwise it is ``inconclusive``,
+    saying why (full collections that do not span the growth leave the
+    verdict as it is: no evidence either way)."""
     if full is None or trend.verdict != "leak" or not len(series):
         return trend
     end = (trend.fit or {}).get("end_step", int(series.steps[-1]))
@@ -168,16 +170,14 @@ def _held_to_full_collections(trend: TrendResult, series: Series, full: Series |
         return trend  # every point analysed followed a full collection
     steps, values = series.steps[keep], series.values[keep]
     slope = float(trend.slope_per_step)
-    if steps.size >= 2 and steps[-1] - steps[0] >= 0.5 * max(end - start, 1):
-        grown = float(values[-1] - values[0])
-        if grown >= max(0.5 * slope * float(steps[-1] - steps[0]), MIN_COUNT_GROWTH):
-            return trend
-        why = (f"grows {slope:.3g}/step between heap walks, but by only {grown:.3g} between the full "
-               f"collections at steps {int(steps[0])} and {int(steps[-1])}: may be garbage waiting for a "
-               f"full collection ({trend.samples} samples)")
-    else:
-        why = (f"{trend.reason}; but the walks that collected fully do not span the growth, so it may be "
-               f"garbage waiting for a full collection")
+    if steps.size < 2 or steps[-1] - steps[0] < 0.5 * max(end - start, 1):
+        return trend  # the full collections do not span the growth: no evidence either way
+    grown = float(values[-1] - values[0])
+    if grown >= max(0.5 * slope * float(steps[-1] - steps[0]), MIN_COUNT_GROWTH):
+        return trend
+    why = (f"grows {slope:.3g}/step between heap walks, but by only {grown:.3g} between the full "
+           f"collections at steps {int(steps[0])} and {int(steps[-1])}: may be garbage waiting for a "
+           f"full collection ({trend.samples} samples)")
     return dataclasses.replace(trend, verdict="inconclusive", confidence=0.5, reason=why)
 
 
