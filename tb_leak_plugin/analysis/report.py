@@ -78,13 +78,13 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 
 
 def assess(series: Series, available_bytes: float | None = None,
-           judged_measures: frozenset = frozenset(), collections: tuple = (None, None)) -> SeriesReport:
+           judged_measures: frozenset = frozenset(), full: Series | None = None) -> SeriesReport:
     """Assess one series (context series are described, not judged).
 
-    ``collections``: the ``gc/collected`` and ``gc/full_collection`` series
-    (what each heap walk's collection found, and whether it was full), which
-    tell an object count that falls at the last walk because the program
-    let go of its objects from one the collector freed."""
+    ``full``: the ``gc/full_collection`` series (whether each heap walk's
+    collection was full): the counts after full ones are of live objects,
+    which tells an object count that falls at the last walk because the
+    program let go of its objects, and one that grows only by garbage."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -103,10 +103,10 @@ def assess(series: Series, available_bytes: float | None = None,
             # final census collected garbage, which must count: an object
             # count's fall is the program's only where it is larger than
             # what that collection found.
-            final_release=_final_release(series, role, collections),
+            final_release=_final_release(series, role, full),
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
-        trend = _held_to_full_collections(trend, series, collections[1])
+        trend = _held_to_full_collections(trend, series, full)
     if role == ROLE_MEMORY and trend is not None and trend.verdict in ("leak", "inconclusive"):
         trend = _apply_materiality(trend, series.steps[finite], values[finite])
     return SeriesReport(
@@ -124,12 +124,11 @@ def assess(series: Series, available_bytes: float | None = None,
     )
 
 
-def _final_release(series: Series, role: str, collections: tuple) -> bool:
+def _final_release(series: Series, role: str, full: Series | None) -> bool:
     """Whether a last sample that falls back to the start is left out of
     ``series``' analysis (the program let go of its objects at the end)."""
     if series.info.group in ("tensors", "tf_function", "tf_graph"):
         return True
-    full = collections[1]
     if role not in (ROLE_OBJECTS, ROLE_CONTAINERS) or full is None or len(series) < 3:
         return False
     # What a walk counted right after a full collection was alive then. If
@@ -250,8 +249,8 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     warnings = list(run.warnings)
     traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
-    collections = (run.series.get("leak/gc/collected"), run.series.get("leak/gc/full_collection"))
-    reports = [assess(_with_earlier_points(series), available, measures, collections)
+    full = run.series.get("leak/gc/full_collection")
+    reports = [assess(_with_earlier_points(series), available, measures, full)
                for series in run.series.values() if series.info.group != HELD_BY_GROUP]
     _one_rate(reports, run)
     by_role: dict[str, list[SeriesReport]] = {}

@@ -203,10 +203,8 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         the series; gives the time and steps until a leak exhausts it.
       final_release: leave out a last sample that falls back most of the way
         to the start (see `_drop_final_release`); for counts that garbage
-        collection does not move (live tensors, arrays, traces). A number
-        leaves it out only when it falls by more than that: for object
-        counts, what the last walk's collection found (a larger fall is the
-        program letting go, not the collector).
+        collection does not move (live tensors, arrays, traces), and for
+        object counts the analysis of the run shows alive at a full collection.
       min_samples: fewer finite samples than this give "inconclusive". Below
         ``SMALL_SERIES`` samples a simpler test decides (see `_decide_small`):
         how many samples a verdict needs follows from the noise, so an exact
@@ -218,9 +216,8 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     """
     steps_f, values_f, walls_f, dropped = _prepare(steps, values, wall_times)
     steps_f, values_f, walls_f, spikes = _drop_spikes(steps_f, values_f, walls_f)
-    if final_release is not False and final_release is not None:
-        over = 0.0 if final_release is True else float(final_release)
-        steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f, over)
+    if final_release:
+        steps_f, values_f, walls_f, released = _drop_final_release(steps_f, values_f, walls_f)
         spikes += released
     n = int(values_f.size)
     if n < max(int(min_samples), 3):
@@ -352,7 +349,7 @@ def _drop_spikes(t, y, w):
     return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
 
 
-def _drop_final_release(t, y, w, over: float = 0.0):
+def _drop_final_release(t, y, w):
     """Leave out a last sample that falls back most of the way to the start.
 
     The monitor's last sample is taken at ``close()``, often after the
@@ -367,7 +364,7 @@ def _drop_final_release(t, y, w, over: float = 0.0):
     drop = float(y[-2] - y[-1])
     steps_up = np.diff(y[:-1])
     rising = np.count_nonzero(steps_up > 0) >= 0.6 * steps_up.size
-    if grown > 0 and drop > 0.5 * grown and drop > over and rising:
+    if grown > 0 and drop > 0.5 * grown and rising:
         return t[:-1], y[:-1], (w[:-1] if w is not None else None), 1
     return t, y, w, 0
 
