@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from tb_leak_plugin.analysis._stats import MAD_TO_SD, regress, robust_sd
+from tb_leak_plugin.analysis._stats import MAD_TO_SD, median, regress, robust_sd
 
 # The persistence check looks at the last TAIL_FRACTION of the growth window.
 TAIL_FRACTION = 0.4
@@ -41,15 +41,15 @@ def find_resets(y):
     if y.size < 8:
         return np.empty(0, dtype=int)
     d = np.diff(y)
-    deviation = np.abs(d - np.median(d))
-    scale = MAD_TO_SD * float(np.median(deviation))
+    deviation = np.abs(d - median(d))
+    scale = MAD_TO_SD * float(median(deviation))
     if scale <= 0:
         # Noise-free ramps: most changes are identical, so the MAD is zero.
         scale = float(np.mean(deviation))
         if scale <= 0:
             return np.empty(0, dtype=int)
     threshold = RESET_DROP_SD * scale
-    idx = np.nonzero(d < np.median(d) - threshold)[0] + 1
+    idx = np.nonzero(d < median(d) - threshold)[0] + 1
     idx = idx[(idx >= 2) & (idx <= y.size - 2)]
     if idx.size == 0:
         return idx
@@ -119,7 +119,7 @@ def analyse(t, y):
     """Warm-up cut, growth model (hinge or saturating), tail and step checks."""
     t0, span = float(t[0]), float(t[-1] - t[0])
     span = span if span > 0 else 1.0
-    center = float(np.median(y))
+    center = float(median(y))
     yscale = robust_sd(y - center) or float(np.std(y)) or 1.0
     # Everything below works on steps in [0, 1] and values in robust-sd units.
     ts, ys = (t - t0) / span, (y - center) / yscale

@@ -10,6 +10,7 @@ functions at the bottom are implemented here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from statistics import NormalDist
 
@@ -115,10 +116,24 @@ def ar1(resid):
     return min(max(r1, 0.0), 0.995)
 
 
+def median(x) -> float:
+    """``float(np.median(x))`` of a 1-D array, without numpy's per-call cost
+    on the short arrays the analysis mostly has (NaN if any value is NaN)."""
+    x = np.asarray(x)
+    n = x.size
+    if n == 0 or n > 64 or x.ndim != 1:
+        return float(np.median(x))
+    if np.isnan(x).any():
+        return math.nan
+    s = sorted(x.tolist())
+    half = n // 2
+    return float(s[half]) if n % 2 else 0.5 * (s[half - 1] + s[half])
+
+
 def robust_sd(x):
     if x.size == 0:
         return 0.0
-    return MAD_TO_SD * float(np.median(np.abs(x - np.median(x))))
+    return MAD_TO_SD * median(np.abs(x - median(x)))
 
 
 def diff_noise(y):
@@ -155,12 +170,18 @@ def t_cdf(t, df):
 
 
 def t_ppf(q, df):
-    """Quantile of Student's t: Cornish-Fisher start, then safeguarded Newton steps."""
+    """Quantile of Student's t: Cornish-Fisher start, then safeguarded Newton
+    steps (remembered: the analysis asks for a few levels at the same df)."""
+    return _t_ppf(float(q), float(df))
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_ppf(q, df):
     z = _NORMAL.inv_cdf(q)
     if df > 1e5:
         return z
     if q < 0.5:
-        return -t_ppf(1.0 - q, df)
+        return -_t_ppf(1.0 - q, df)
     if q == 0.5:
         return 0.0
     # Bracket [lo, hi] keeps Newton from running away on heavy tails (small df).

@@ -62,7 +62,7 @@ from tb_leak_plugin.analysis._shapes import (  # re-exported: tuning knobs of th
     desawtooth,
     find_resets,
 )
-from tb_leak_plugin.analysis._stats import diff_noise, robust_sd, t_cdf, t_ppf, t_sf
+from tb_leak_plugin.analysis._stats import diff_noise, median, robust_sd, t_cdf, t_ppf, t_sf
 from tb_leak_plugin.units import format_quantity
 
 __all__ = [
@@ -253,17 +253,17 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         noise = an.resid_sd
     else:
         noise = _raw_noise(steps_f, values_f, an)
-    noise_floor = max(noise, 1e-9 * max(abs(float(np.median(y_an))), 1.0))
+    noise_floor = max(noise, 1e-9 * max(abs(float(median(y_an))), 1.0))
     aliasing = 0.0
     if sawtooth:
         # The reset happens somewhere between two samples, and where it falls
         # drifts from cycle to cycle when the sampling interval beats against
         # the period: the floor can wander by one ramp step with no leak at all.
-        aliasing = max(0.0, ramp * float(np.median(np.diff(t_blk))))
+        aliasing = max(0.0, ramp * float(median(np.diff(t_blk))))
     counts = unit != "bytes" and bool(np.all(values_f == np.round(values_f)))
     result = _decide(_Evidence(
         an=an, steps=steps_f, n=n, dropped=dropped, spikes=spikes, unit=unit, noise=noise,
-        noise_floor=noise_floor, aliasing=aliasing, level=float(np.median(np.abs(values_f))),
+        noise_floor=noise_floor, aliasing=aliasing, level=float(median(np.abs(values_f))),
         sps=_steps_per_second(steps_f, walls_f, an.t_onset), available_bytes=available_bytes,
         n_resets=resets.size if sawtooth else 0, counts=counts))
     if result.verdict == "inconclusive" and counts and n < COUNT_SMALL_SERIES:
@@ -332,7 +332,7 @@ def _drop_spikes(t, y, w):
         return t, y, w, 0
     d = np.diff(y)
     scale = robust_sd(d) / math.sqrt(2.0)
-    level = float(np.median(np.abs(y)))
+    level = float(median(np.abs(y)))
     if not scale > 0:
         scale = 1e-3 * level if level > 0 else 0.0
     if not scale > 0:
@@ -411,7 +411,7 @@ def _steps_per_second(t, w, t_from):
     if not np.any(good):
         return None
     # Median, so that pauses and restarts (huge gaps) do not slow the estimate.
-    rate = float(np.median(dt[good] / dw[good]))
+    rate = float(median(dt[good] / dw[good]))
     return rate if rate > 0 and math.isfinite(rate) else None
 
 
@@ -798,7 +798,7 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> Tren
     resid = yf - (level + slope * x)
     df = max(m - 2, 1)
     sigma = math.sqrt(float(resid @ resid) / df)
-    scale = max(abs(float(np.median(yf))), 1.0)
+    scale = max(abs(float(median(yf))), 1.0)
     exact = sigma <= 1e-9 * scale
     se = sigma / math.sqrt(sxx)
     p_value = (0.0 if slope > 0 else 1.0) if exact else t_sf(slope / se, df)
@@ -852,7 +852,7 @@ def _decide_small(t, y, walls, dropped, unit, available_bytes, spikes=0) -> Tren
                  and float(yf[-2] - yf[-1]) > 0.5 * float(yf[-2] - yf[0])
                  # (the noise is no bar here: the fall makes it)
                  and float(yf[-2] - yf[0]) > max(0.0 if unit == "bytes" else MIN_COUNT_GROWTH,
-                                                 0.01 * float(np.median(np.abs(yf)))))
+                                                 0.01 * float(median(np.abs(yf)))))
     if fell_back:
         flat_end = bounded = False
     if m >= 4 and (flat_end or bounded):
