@@ -327,3 +327,49 @@ def test_a_dear_numpy_scan_waits_when_the_budget_cannot_pay_for_it():
         assert "leak/tensors/numpy_count" in tags
     finally:
         census.release()
+
+
+class _Keeper:  # a holder of the program's own: its attributes are searched for arrays
+    def __init__(self):
+        self.kept = []
+
+
+def _numpy_scan(probe):
+    census = probes.collect_objects()
+    try:
+        census.spare_s = None  # no budget: the scan runs
+        return {info.tag: value for info, value in probe.sample(census)}
+    finally:
+        census.release()
+
+
+def test_arrays_on_a_buffer_not_their_own_count_their_bytes_once_per_buffer():
+    probe = probes.LiveTensorsProbe()
+    keeper = _Keeper()
+    before = _numpy_scan(probe)
+    buffer = bytearray(1 << 20)
+    # Two views of one foreign buffer (np.frombuffer: the array's base is the
+    # buffer, as np.asarray(tensor)'s is a memoryview of the tensor's): 1 MiB.
+    keeper.kept += [np.frombuffer(buffer, np.uint8), np.frombuffer(buffer, np.uint8)[: 1 << 10]]
+    # An array that owns its 2 MiB, and a view of it (not counted again).
+    owned = np.ones(1 << 18)
+    keeper.kept += [owned, owned[:100]]
+    after = _numpy_scan(probe)
+    assert after["leak/tensors/numpy_count"] - before["leak/tensors/numpy_count"] == 4
+    assert after["leak/tensors/numpy_bytes"] - before["leak/tensors/numpy_bytes"] == (1 << 20) + (2 << 20)
+    del keeper, buffer, owned
+
+
+def test_numpy_arrays_made_from_tensors_count_their_bytes():
+    tf = pytest.importorskip("tensorflow")
+    probe = probes.LiveTensorsProbe()
+    keeper = _Keeper()
+    before = _numpy_scan(probe)
+    # What a callback keeping every epoch's predictions holds: np.asarray of a
+    # model's output (its base is a view of the tensor's buffer, not an array).
+    keeper.kept += [np.asarray(tf.ones((256, 256))) for _ in range(3)]
+    assert not isinstance(keeper.kept[0].base, np.ndarray)
+    after = _numpy_scan(probe)
+    assert after["leak/tensors/numpy_count"] - before["leak/tensors/numpy_count"] == 3
+    assert after["leak/tensors/numpy_bytes"] - before["leak/tensors/numpy_bytes"] == 3 * 256 * 256 * 4
+    del keeper

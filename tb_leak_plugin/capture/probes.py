@@ -508,7 +508,8 @@ class LiveTensorsProbe(Probe):
     arrays are not: they are found as referents of tracked objects (lists,
     dicts, instances), which costs more, so this probe is scheduled on its
     own. Views are not counted twice: bytes are summed over arrays that own
-    their data.
+    their data, and once per buffer over arrays made on another object's
+    buffer (``np.asarray(tensor)``, ``np.frombuffer``).
     """
 
     name = "tensors"
@@ -757,15 +758,23 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
     seen: set[int] = set()
     count = 0
     total_bytes = 0
+    # Arrays over a buffer that is not an array's (``np.asarray(tensor)``:
+    # a memoryview of the tensor's buffer; ``np.frombuffer(data)``): their
+    # bytes are counted once per buffer, the largest view of it standing for
+    # it (views of an array are not counted: the array is, where it is held).
+    foreign: dict[int, int] = {}
     for array in arrays:
         key = id(array)
         if key in seen:
             continue
         seen.add(key)
         count += 1
-        if array.base is None:
+        base = array.base
+        if base is None:
             total_bytes += array.nbytes
-    return count, total_bytes
+        elif not isinstance(base, ndarray):
+            foreign[id(base)] = max(foreign.get(id(base), 0), array.nbytes)
+    return count, total_bytes + sum(foreign.values())
 
 
 class TFFunctionProbe(Probe):
