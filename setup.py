@@ -55,6 +55,8 @@ setup(
             # A real S3-compatible server for the remote-logdir tests.
             "boto3>=1.26",
             "moto[server]>=5",
+            # fsspec's in-memory filesystem, reached through TensorBoard's gfile.
+            "fsspec>=2023.1",
         ],
         # s3:// logdirs (TensorBoard's gfile reaches S3 through boto3).
         "s3": ["boto3>=1.26"],
