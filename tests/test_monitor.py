@@ -355,3 +355,25 @@ def test_each_heap_walk_writes_what_its_collection_found_and_types_named_later_c
     record = next(s for tag, s in run.series.items() if tag.startswith("leak/objects/") and tag.endswith("Record"))
     before = json.loads(record.info.detail)["before"]
     assert before[0][0] == 0 and before[0][2] <= 1  # its count at the first walk
+
+
+def test_the_last_walk_collects_fully_unless_the_program_makes_almost_no_cyclic_garbage(tmp_path):
+    # At close(): cyclic garbage promoted to the oldest generation since the
+    # last full collection (Keras models dropped by
+    # clear_session(free_memory=False)) would end every object count high, so
+    # the last walk collects fully, and its room is kept in the budget, unless
+    # the last full collection found almost no garbage.
+    monitor = tbleak.Monitor(str(tmp_path / "run"))
+    monitor.sample(0)
+    assert monitor._walk_base_s is not None
+    monitor._finalizing = True
+    monitor._full_gc_s, monitor._young_gc_s = 10.0, 0.0  # a full collection no budget pays for
+    monitor._garbage_share = 0.005  # 0.5% of tracked objects found as garbage
+    assert monitor._final_walk_s() >= 10.0
+    assert monitor._collect_garbage() is True
+    monitor._garbage_share = 0.0005
+    assert monitor._final_walk_s() < 10.0
+    assert monitor._collect_garbage() is False  # young: the budget has no room for 10 s
+    monitor._finalizing = False
+    monitor._full_gc_s = 0.01
+    monitor.close()

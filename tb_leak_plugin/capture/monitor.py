@@ -58,6 +58,11 @@ _HEAP_WALK = threading.Lock()
 # and the share of tracked objects found as garbage that makes every one full.
 _FULL_COLLECT_EVERY = 4
 _GARBAGE_SHARE_FOR_FULL = 0.01
+# The last walk's collection is full (and its room kept in the budget) unless
+# the last full one found less garbage than this share: cyclic garbage
+# promoted to the oldest generation since then (Keras models dropped by
+# clear_session(free_memory=False)) would end every object count high.
+_GARBAGE_SHARE_FOR_FULL_LAST = 0.001
 # A full collection this cheap (seconds, or share of the rest of the walk)
 # runs at every walk: the counts it leaves are of live objects only, so a
 # count that falls at the last walk is the program letting go of them.
@@ -709,7 +714,7 @@ class Monitor:
         measured yet)."""
         if self._walk_base_s is None:
             return None
-        young = self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL
+        young = self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL_LAST
         collect = ((self._young_gc_s if young else self._full_gc_s) or 0.0) if self.census_collects_garbage else 0.0
         analysis = self._watch.final_work_s() if self._watch is not None else 0.0
         tensors = self._tensors_probe()
@@ -795,13 +800,14 @@ class Monitor:
         cyclic garbage worth counting, and at every walk where one is cheap
         (a small heap); in between, collecting the young
         generations catches the cycles made since the last walk. Under a
-        budget, the last walk's is young when the last full one found little
-        cyclic garbage and the run's budget has no room left for a full one.
+        budget, the last walk's is young when the last full one found almost
+        no cyclic garbage (``_GARBAGE_SHARE_FOR_FULL_LAST``) and the run's
+        budget has no room left for a full one.
         Returns whether it was full.
         """
         full = self._finalizing or self._full_collection_next()
         if full and self._finalizing and self.overhead_budget is not None and self._full_gc_s is not None \
-                and self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL:
+                and self._garbage_share is not None and self._garbage_share <= _GARBAGE_SHARE_FOR_FULL_LAST:
             # The last walk, when the last full collection found little cyclic
             # garbage: full only while the run's budget has room for it and
             # the rest of the walk (garbage that reached the oldest generation
