@@ -283,11 +283,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     # Within one level of confidence, a culprit whose holder was traced comes
     # first: it says where to fix the leak (an op that retains its outputs,
     # from the profiler, names the same leak without saying who keeps them).
-    # A generic container type (builtins.list, dict: what holds the leak)
-    # comes after the culprits that say what it is.
-    culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20,
-                                 c.kind == "object_type" and c.hint == "python_container",
-                                 not (c.details or {}).get("held_by")))
+    culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20, not (c.details or {}).get("held_by")))
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = []
     seen = set()

@@ -102,13 +102,6 @@ STAIRCASE_MIN_GROWTH = 0.02
 # neighbours, which agree with each other, is an isolated spike (a bad
 # reading), left out so that one point cannot flip a verdict.
 SPIKE_NOISE_SD = 25.0
-# A memory series that rose over at least this share of the intervals since
-# its warm-up (and at least STEADY_RISE_INTERVALS of them) grows for sure,
-# whatever one release in the middle does to the line's residuals (their
-# autocorrelation can leave one degree of freedom to a line that misses no
-# point by more than a release).
-STEADY_RISE_SHARE = 0.95
-STEADY_RISE_INTERVALS = 50
 # Fewer finite samples than this are never judged.
 MIN_SAMPLES = 4
 # Series shorter than this are judged by `_decide_small` (the warm-up, onset
@@ -268,16 +261,11 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         # the period: the floor can wander by one ramp step with no leak at all.
         aliasing = max(0.0, ramp * float(median(np.diff(t_blk))))
     counts = unit != "bytes" and bool(np.all(values_f == np.round(values_f)))
-    rising = None
-    if unit == "bytes" and not sawtooth:
-        rises = np.diff(values_f[steps_f >= an.t_warmup])
-        if rises.size >= STEADY_RISE_INTERVALS:
-            rising = (int(np.count_nonzero(rises > 0)), int(rises.size))
     result = _decide(_Evidence(
         an=an, steps=steps_f, n=n, dropped=dropped, spikes=spikes, unit=unit, noise=noise,
         noise_floor=noise_floor, aliasing=aliasing, level=float(median(np.abs(values_f))),
         sps=_steps_per_second(steps_f, walls_f, an.t_onset), available_bytes=available_bytes,
-        n_resets=resets.size if sawtooth else 0, counts=counts, rising=rising))
+        n_resets=resets.size if sawtooth else 0, counts=counts))
     if result.verdict == "inconclusive" and counts and n < COUNT_SMALL_SERIES:
         # A count sampled at a score of heap walks: the residuals' autocorrelation,
         # estimated from so few points, can leave one degree of freedom to a
@@ -448,7 +436,6 @@ class _Evidence:
     available_bytes: float | None
     n_resets: int            # sawtooth resets (0: no sawtooth)
     counts: bool = False     # whole numbers of things (not bytes): objects, functions, traces
-    rising: tuple | None = None  # (intervals that rose, intervals) since the warm-up (bytes)
 
     @property
     def window(self) -> float:
@@ -508,12 +495,6 @@ def _leak_checks(ev: _Evidence) -> _Checks:
         # the end of model.fit) is an event, not a leak.
         material = max(material, MIN_COUNT_GROWTH)
     significant = an.slope > 0 and an.p < ALPHA_LEAK
-    steady_p = None
-    if not significant and an.slope > 0 and ev.rising is not None:
-        up, intervals = ev.rising
-        if up >= STEADY_RISE_SHARE * intervals:
-            steady_p = _sign_p(up, intervals)  # rises this often by chance: a fair coin's odds
-            significant = steady_p < ALPHA_LEAK
     # Without a tail to look at, persistence cannot be checked: no leak verdict.
     stopped, weak_tail = False, an.tail is None
     if an.tail is not None:
@@ -526,8 +507,6 @@ def _leak_checks(ev: _Evidence) -> _Checks:
         st["after_slope"] > 0 and st["after_p"] < ALPHA_AFTER_STEP
         and st["after_slope"] * ev.window >= 0.5 * material)
     p_value = max(an.p, st["after_p"]) if step_better else an.p
-    if significant and steady_p is not None:
-        p_value = min(p_value, steady_p)
     # Memory that grows in steps (RSS maps memory a few MiB at a time): the
     # whole window's lower bound of growth, if it is a material share of the
     # level and the growth has not stopped, is a leak however uneven.
@@ -546,15 +525,6 @@ def _leak_checks(ev: _Evidence) -> _Checks:
                    is_material=growth >= material, stopped=stopped, weak_tail=weak_tail,
                    survives_step=survives_step, step_better=step_better, staircase=staircase,
                    p_value=p_value)
-
-
-def _sign_p(up: int, intervals: int) -> float:
-    """P(at least ``up`` of ``intervals`` rises) for a series with no trend."""
-    log_half = intervals * math.log(0.5)
-    terms = [math.lgamma(intervals + 1) - math.lgamma(k + 1) - math.lgamma(intervals - k + 1) + log_half
-             for k in range(up, intervals + 1)]
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def _exhaustion(ev: _Evidence, slope: float):

@@ -477,8 +477,6 @@ class LeakWatch:
             return
         result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude)
         self.trace_seconds += result.seconds
-        if not result.held_by and not result.complete:
-            return  # cut short by the time left: tried again at a later walk
         entry.reported = True
         if not result.held_by or result.held_by[0].signature in result.own \
                 or result.held_by[0].path[0].startswith(_INTERPRETER_ROOTS):
@@ -611,8 +609,7 @@ class LeakWatch:
         """Memory grows and no traced type explains it: name the containers
         that grew at every walk (``kept.append(bytes(...))``) as its holders."""
         key = f"{culprit.kind}:{culprit.name}"
-        # The last walk of a run whose holder is still unnamed tries once more.
-        if (key in self._traced and not (census.final and not self._held_by)) or not self._containers:
+        if key in self._traced or not self._containers:
             return
         growing = sorted(((e.history[-1][2] - e.history[0][2], k, e) for k, e in self._containers.items()
                           if e.grew >= 1 and _per_step(e)), key=lambda item: -item[0])

@@ -507,9 +507,9 @@ class LiveTensorsProbe(Probe):
     Eager tensors are gc-tracked, so the object list finds them. numpy
     arrays are not: they are found as referents of tracked objects (lists,
     dicts, instances), which costs more, so this probe is scheduled on its
-    own. Bytes are what the arrays keep alive, each buffer once: a view
-    counts its base's memory, and arrays on another object's buffer
-    (``np.asarray(tensor)``, ``np.frombuffer``) the memory they reach.
+    own. Views are not counted twice: bytes are summed over arrays that own
+    their data, and once per buffer over arrays made on another object's
+    buffer (``np.asarray(tensor)``, ``np.frombuffer``).
     """
 
     name = "tensors"
@@ -755,94 +755,26 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
         found, hidden = _split_referents(gc.get_referents(*hidden), ndarray)
         arrays.extend(found)
     del hidden
-    unique = list(dict(zip(map(id, arrays), arrays)).values())  # each array once
-    del arrays
-    return len(unique), _array_bytes(unique, ndarray)
-
-
-def _array_bytes(arrays: list, ndarray) -> int:
-    """The bytes ``arrays`` keep alive, each buffer once.
-
-    A view keeps its base alive (numpy makes a view's base the array that
-    owns the memory, or the object whose buffer it uses): an array that owns
-    its memory counts ``nbytes``; one on another object's buffer
-    (``np.asarray(tensor)``: a memoryview of the tensor's; ``np.frombuffer``)
-    counts the span of memory it reaches, and overlapping spans count once
-    (``as_strided`` tricks reach far less than ``nbytes``). Never raises.
-    """
-    try:
-        # Most arrays own their memory: counted in C.
-        owns = list(map(operator.is_, map(operator.attrgetter("base"), arrays), itertools.repeat(None)))
-        owned = list(itertools.compress(arrays, owns))
-        total = sum(map(operator.attrgetter("nbytes"), owned))
-        rest = list(itertools.compress(arrays, map(operator.not_, owns)))
-        if not rest:
-            return total
-        counted = set(map(id, owned))
-        arrays = rest
-        del owned, owns, rest
-    except Exception:  # an ndarray subclass with a hostile attribute: one at a time
-        counted, total = set(), 0
-    spans = []
-    on_arrays = []  # (id of the owner array, array): counted unless its owner is
+    seen: set[int] = set()
+    count = 0
+    total_bytes = 0
+    # Arrays over a buffer that is not an array's (``np.asarray(tensor)``:
+    # a memoryview of the tensor's buffer; ``np.frombuffer(data)``): their
+    # bytes are counted once per buffer, the largest view of it standing for
+    # it (views of an array are not counted: the array is, where it is held).
+    foreign: dict[int, int] = {}
     for array in arrays:
-        try:
-            memory = array
-            base = array.base
-            if base is not None and issubclass(type(base), ndarray):
-                memory, base = base, base.base  # a view: what keeps the memory
-            if id(memory) in counted:
-                continue
-            counted.add(id(memory))
-            if base is None:
-                total += int(memory.nbytes)
-                continue
-            owner = None
-            if type(base) is memoryview:
-                try:
-                    owner = base.obj  # np.frombuffer(a.data): the memory is a's
-                except ValueError:  # a released view
-                    owner = None
-            span = _byte_span(memory)
-            if span is None:
-                continue
-            if owner is not None and issubclass(type(owner), ndarray):
-                on_arrays.append((id(owner), span))
-            else:
-                spans.append(span)
-        except Exception:  # an ndarray subclass with a hostile attribute: not counted
+        key = id(array)
+        if key in seen:
             continue
-    spans.extend(span for owner, span in on_arrays if owner not in counted)
-    spans.sort()
-    end = None
-    for low, high in spans:
-        if end is None or low >= end:
-            total += high - low
-            end = high
-        elif high > end:
-            total += high - end
-            end = high
-    return total
-
-
-def _byte_span(array) -> tuple[int, int] | None:
-    """(first, last + 1) address of the memory ``array`` reaches (None: empty)."""
-    interface = array.__array_interface__
-    start = int(interface["data"][0])
-    size, itemsize = int(array.size), int(array.itemsize)
-    if size == 0:
-        return None
-    strides = interface.get("strides")
-    if strides is None:  # C-contiguous
-        return start, start + size * itemsize
-    low = high = start
-    for length, stride in zip(interface["shape"], strides):
-        reach = int(stride) * (int(length) - 1)
-        if reach < 0:
-            low += reach
-        else:
-            high += reach
-    return low, high + itemsize
+        seen.add(key)
+        count += 1
+        base = array.base
+        if base is None:
+            total_bytes += array.nbytes
+        elif not isinstance(base, ndarray):
+            foreign[id(base)] = max(foreign.get(id(base), 0), array.nbytes)
+    return count, total_bytes + sum(foreign.values())
 
 
 class TFFunctionProbe(Probe):
