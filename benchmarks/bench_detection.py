@@ -34,7 +34,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from corpus import CLEAN_SHAPES, LEAK_SHAPES, make_corpus  # noqa: E402
 
+from tb_leak_plugin.analysis.policy import POLICY, Policy  # noqa: E402
 from tb_leak_plugin.analysis.trend import assess_series  # noqa: E402
+
+# The statistical engine alone: materiality zero, so "leak" means growth
+# significant at the policy's alpha (what this benchmark measured before the
+# policy had a materiality), for recall compared with earlier figures.
+ENGINE_ONLY = Policy(bytes_share=0.0, bytes_floor=0.0)
 
 FALSE_ALARM_TARGET = 0.01
 RECALL_TARGET = 0.95
@@ -77,14 +83,44 @@ def mann_kendall_baseline(values):
     return 1.0 - _NORMAL.cdf(z) < 0.01
 
 
-def detection_delay(steps, values, onset):
+def detection_delay(steps, values, onset, policy=POLICY):
     """Samples after onset until a growing prefix is first called a leak (None if never)."""
     window = values.size - onset
     for frac in DELAY_CHECKPOINTS:
         end = onset + max(1, round(frac * window))
-        if assess_series(steps[:end], values[:end]).verdict == "leak":
+        if assess_series(steps[:end], values[:end], policy=policy).verdict == "leak":
             return end - onset
     return None
+
+
+def _material(label, steps, values, info, policy):
+    """Whether a leak's true growth per step clears the policy's materiality."""
+    if label != "leak":
+        return False
+    span = float(steps[-1] - steps[0])
+    bar = policy.materiality("bytes", float(np.median(np.abs(values))), span)
+    return float(info.get("slope_per_step", 0.0)) >= bar
+
+
+# Shapes whose true slope at the end is known: 0 for clean ones that end
+# flat, the leak's slope for linear leaks on flat noise.
+_FLAT_END = ("flat", "autocorrelated", "warmup_plateau", "step_change", "shuffle_buffer")
+_LINEAR_END = ("linear", "late_onset", "leak_after_warmup", "buried_in_noise")
+
+
+def _covers(shape, label, info, result):
+    if result.verdict not in ("leak", "no_leak", "inconclusive") or result.shape == "too_few":
+        return None
+    lo, hi = result.slope_ci
+    if label == "clean" and shape in _FLAT_END:
+        truth = 0.0
+    elif label == "leak" and shape in _LINEAR_END:
+        truth = float(info["slope_per_step"])
+    else:
+        return None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return lo <= truth <= hi
 
 
 def rate(hits, total):
@@ -100,10 +136,13 @@ def main(argv=None):
     parser.add_argument("--series", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-length", type=int, default=100_000)
+    parser.add_argument("--engine-only", action="store_true",
+                        help="materiality zero: measure the statistics alone (leak = significant growth)")
     parser.add_argument("--show-errors", type=int, default=0,
                         help="print this many misclassified series of each kind")
     args = parser.parse_args(argv)
 
+    policy = ENGINE_ONLY if args.engine_only else POLICY
     started = time.perf_counter()
     corpus = make_corpus(seed=args.seed, n_series=args.series, max_length=args.max_length)
     built = time.perf_counter()
@@ -114,8 +153,10 @@ def main(argv=None):
     delay_budget = DELAY_SERIES
     for name, shape, label, steps, values, info in corpus:
         t0 = time.perf_counter()
-        result = assess_series(steps, values)
+        result = assess_series(steps, values, policy=policy)
         assess_seconds += time.perf_counter() - t0
+        material = _material(label, steps, values, info, policy)
+        covered = _covers(shape, label, info, result)
         ols = ols_baseline(steps, values)
         mk = mann_kendall_baseline(values)
         groups = ["all", f"shape:{shape}"]
@@ -123,6 +164,7 @@ def main(argv=None):
             groups.append(f"tier:{info['tier']}")
             if info["growth_over_noise"] >= 3:
                 groups.append("ge3")
+                groups.append("ge3_material" if material else "ge3_immaterial")
         for g in groups:
             row = stats[(label, g)]
             row["n"] += 1
@@ -130,16 +172,19 @@ def main(argv=None):
             row["inconclusive"] += result.verdict == "inconclusive"
             row["ols"] += ols
             row["mk"] += mk
+            if covered is not None:
+                row["cov_n"] += 1
+                row["cov"] += covered
         if label == "clean" and result.verdict == "leak":
             errors["false_alarm"].append((name, result.reason))
-        if label == "leak" and info["tier"] == "standard" and result.verdict != "leak":
+        if label == "leak" and info["tier"] == "standard" and material and result.verdict != "leak":
             errors["missed"].append((name, result.verdict, round(info["growth_over_noise"], 1),
                                      values.size, round(info["phi"], 2), result.reason))
         if (label == "leak" and info["tier"] == "standard" and result.verdict == "leak"
                 and delay_budget > 0):
             delay_budget -= 1
             onset = info["onset_index"]
-            delay = detection_delay(steps, values, onset)
+            delay = detection_delay(steps, values, onset, policy)
             if delay is not None:
                 delays.append(delay)
                 delay_fracs.append(delay / (values.size - onset))
@@ -149,7 +194,8 @@ def main(argv=None):
         return stats.get((label, group), {"n": 0})
 
     print(f"tb-leak detection benchmark: {len(corpus)} series, seed {args.seed}, "
-          f"lengths up to {args.max_length} samples")
+          f"lengths up to {args.max_length} samples, "
+          f"{'engine only (materiality 0)' if args.engine_only else 'default policy'}")
     print(f"corpus built in {built - started:.1f} s; assess_series total "
           f"{assess_seconds:.1f} s ({1e3 * assess_seconds / len(corpus):.1f} ms/series); "
           f"whole run {elapsed:.1f} s\n")
@@ -176,6 +222,8 @@ def main(argv=None):
     line("growth >= 3x noise (all)", row("leak", "ge3"))
     line("standard (>=3x, >=30 eff. samples)", row("leak", "tier:standard"))
     line("hard (>=3x, <30 eff. samples)", row("leak", "tier:hard"))
+    line(">=3x and material", row("leak", "ge3_material"))
+    line(">=3x but below materiality", row("leak", "ge3_immaterial"))
     line("subtle (<3x noise)", row("leak", "tier:subtle"))
     for shape in LEAK_SHAPES:
         line(f"  {shape}", row("leak", f"shape:{shape}"))
@@ -185,9 +233,20 @@ def main(argv=None):
               f"{len(DELAY_CHECKPOINTS)} prefixes): median {int(np.median(delays))} samples "
               f"after onset, median {100 * np.median(delay_fracs):.0f}% of the post-onset window")
 
+    cov_n = sum(r.get("cov_n", 0) for (lab, g), r in stats.items() if g == "all")
+    cov = sum(r.get("cov", 0) for (lab, g), r in stats.items() if g == "all")
+    print(f"\nINTERVAL COVERAGE: the 95% interval of the current slope holds the true one in "
+          f"{pct(rate(cov, cov_n))} of {cov_n} series whose true final slope is known "
+          f"(linear trends and flat ends)")
+    nl = row("leak", "ge3_material")
+    print(f"material leaks >= 3x noise called no_leak (the costly miss): "
+          f"{pct(rate(nl.get('n', 0) - nl.get('leak', 0) - nl.get('inconclusive', 0), nl.get('n', 0)))}")
     fa = rate(row("clean", "all").get("leak", 0), row("clean", "all")["n"])
     rec = rate(row("leak", "tier:standard").get("leak", 0), row("leak", "tier:standard")["n"])
     rec3 = rate(row("leak", "ge3").get("leak", 0), row("leak", "ge3")["n"])
+    if not args.engine_only:
+        rec = rate(row("leak", "ge3_material").get("leak", 0), row("leak", "ge3_material").get("n", 0))
+        rec3 = rec
     print("\nTARGETS")
     print(f"  false alarms {pct(fa)} <= {pct(FALSE_ALARM_TARGET)}: "
           f"{'PASS' if fa <= FALSE_ALARM_TARGET else 'FAIL'}")

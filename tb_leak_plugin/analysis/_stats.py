@@ -42,8 +42,14 @@ class Regression:
         return t_sf(b / se, self.df)
 
 
-def regress(x_cols, y):
-    """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd."""
+def regress(x_cols, y, min_inflation=1.0, resolution=0.0):
+    """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd.
+
+    ``min_inflation``: the variance inflation known from elsewhere (the same
+    noise process around the other segments of the series); the residuals'
+    own estimate is used where larger. ``resolution``: the smallest change
+    the series can show (one object of a count); residuals within two of it
+    are counting noise, whose autocorrelation means nothing."""
     design = np.column_stack([np.ones(y.size)] + list(x_cols))
     k = design.shape[1]
     beta = np.linalg.lstsq(design, y, rcond=None)[0]
@@ -59,7 +65,8 @@ def regress(x_cols, y):
     sigma2 = float(resid @ resid) / dof
     # An exact fit leaves only rounding noise, whose "autocorrelation" means nothing.
     exact = sigma2 <= 1e-20 * max(float(np.mean(y * y)), 1e-300)
-    inflation = 1.0 if exact else variance_inflation(resid)
+    exact = exact or math.sqrt(sigma2) <= 2.0 * resolution
+    inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
     try:
         cov = np.linalg.inv(design.T @ design)
         se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)

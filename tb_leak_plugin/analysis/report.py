@@ -15,7 +15,9 @@ import math
 import numpy as np
 
 from tb_leak_plugin.analysis import census, hints as hints_lib, holders
-from tb_leak_plugin.analysis.trend import MIN_COUNT_GROWTH, TrendResult, assess_series
+from tb_leak_plugin.analysis.census import benjamini_hochberg
+from tb_leak_plugin.analysis.policy import POLICY
+from tb_leak_plugin.analysis.trend import TrendResult, assess_series
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
 from tb_leak_plugin.metadata import HELD_BY_GROUP
@@ -28,21 +30,6 @@ ROLE_TRACES = "traces"      # tf.function traces and instances: retracing
 ROLE_GC = "gc"              # uncollectable cycles
 ROLE_CONTAINERS = "containers"  # lengths of growing containers: clue, never a verdict alone
 ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counters
-
-# A memory series whose growth over the analysed window is under this
-# fraction of its level is not called a leak: a list of floats or an
-# allocator settling moves RSS and heap blocks by a few KiB per step, which
-# is real but not what a user means by a leak. Object and tensor counts are
-# exact, so they are not held to it.
-MIN_RELATIVE_GROWTH = 0.01
-
-
-# A memory series that grows while nothing else does (no object, tensor or
-# allocator series) is called a leak only when it grows by at least this
-# share of its level: allocator pools, caches of freed pages and buffers
-# that fill once move RSS by a little and stop.
-MIN_UNCORROBORATED_GROWTH = 0.05
-
 
 def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str:
     """The part a series plays in the run's verdict (one of the ROLE_* names).
@@ -107,8 +94,6 @@ def assess(series: Series, available_bytes: float | None = None,
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
-    if role == ROLE_MEMORY and trend is not None and trend.verdict in ("leak", "inconclusive"):
-        trend = _apply_materiality(trend, series.steps[finite], values[finite])
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -172,42 +157,12 @@ def _held_to_full_collections(trend: TrendResult, series: Series, full: Series |
     if steps.size < 2 or steps[-1] - steps[0] < 0.5 * max(end - start, 1):
         return trend  # the full collections do not span the growth: no evidence either way
     grown = float(values[-1] - values[0])
-    if grown >= max(0.5 * slope * float(steps[-1] - steps[0]), MIN_COUNT_GROWTH):
+    if grown >= max(0.5 * slope * float(steps[-1] - steps[0]), POLICY.count_floor):
         return trend
     why = (f"grows {slope:.3g}/step between heap walks, but by only {grown:.3g} between the full "
            f"collections at steps {int(steps[0])} and {int(steps[-1])}: may be garbage waiting for a "
            f"full collection ({trend.samples} samples)")
     return dataclasses.replace(trend, verdict="inconclusive", confidence=0.5, reason=why)
-
-
-def _apply_materiality(trend: TrendResult, steps: np.ndarray, values: np.ndarray) -> TrendResult:
-    """Call a memory series ``no_leak`` when even its upper bound of growth is immaterial.
-
-    For ``leak`` the fitted growth is held to ``MIN_RELATIVE_GROWTH`` of the
-    series' level; for ``inconclusive`` the upper end of the slope interval
-    over the analysed window is (if even that is tiny, the answer is known).
-    """
-    level = float(np.median(np.abs(values))) if values.size else 0.0
-    if level <= 0 or not steps.size:
-        return trend
-    if trend.verdict == "leak":
-        growth = float(trend.total_growth) if trend.total_growth is not None else math.nan
-    else:
-        start = trend.onset_step if trend.onset_step is not None else trend.warmup_end_step
-        start = int(steps[0]) if start is None else start
-        upper = trend.slope_ci[1] if trend.slope_ci else None
-        growth = float(upper) * max(int(steps[-1]) - start, 0) if upper is not None else math.nan
-    if not math.isfinite(growth) or growth >= MIN_RELATIVE_GROWTH * level:
-        return trend
-    share = max(growth, 0.0) / level
-    bound = "" if trend.verdict == "leak" else "at most "
-    return dataclasses.replace(
-        trend,
-        verdict="no_leak",
-        confidence=max(float(trend.confidence), 0.8) if trend.verdict == "inconclusive" else trend.confidence,
-        reason=(f"{trend.reason}; that is {bound}{share:.2%} of the series' level over the window, "
-                f"under the {MIN_RELATIVE_GROWTH:.0%} that tb-leak calls a leak"),
-    )
 
 
 def _with_earlier_points(series: Series) -> Series:
@@ -232,6 +187,38 @@ def _with_earlier_points(series: Series) -> Series:
                               np.r_[[p[2] for p in points], series.values])
 
 
+def _profiler_windows(run: RunData) -> list:
+    """(start, stop) steps of the profiler windows the monitor recorded
+    (``leak/profiler/recording``: 1 where one starts, 0 where it stops; a
+    window still open runs to the end)."""
+    series = run.series.get("leak/profiler/recording")
+    if series is None or not len(series):
+        return []
+    windows, start = [], None
+    for step, value in zip(series.steps.tolist(), series.values.tolist()):
+        if value == 1.0 and start is None:
+            start = step
+        elif value == 0.0 and start is not None:
+            windows.append((start, step))
+            start = None
+    if start is not None:
+        windows.append((start, 2 ** 62))
+    return windows[:64]
+
+
+def _outside(series: Series, windows) -> Series:
+    """A memory series without its points inside profiler windows: the
+    profiler's buffers are not the program's memory."""
+    if not windows or not len(series):
+        return series
+    keep = np.ones(len(series), dtype=bool)
+    for start, stop in windows:
+        keep &= ~((series.steps >= start) & (series.steps < stop))
+    if keep.all() or np.count_nonzero(keep) < 4:
+        return series
+    return Series(series.tag, series.info, series.steps[keep], series.wall_times[keep], series.values[keep])
+
+
 def _available_bytes(run: RunData) -> float | None:
     series = run.series.get("leak/process/available_bytes")
     if series is None or not len(series):
@@ -250,20 +237,24 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     warnings = list(run.warnings)
     traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
     full = run.series.get("leak/gc/full_collection")
-    reports = [assess(_with_earlier_points(series), available, measures, full)
+    windows = _profiler_windows(run)
+    reports = [assess(_outside(_with_earlier_points(series), windows)
+                      if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
+                      available, measures, full)
                for series in run.series.values() if series.info.group != HELD_BY_GROUP]
     _one_rate(reports, run)
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:
         by_role.setdefault(report.role, []).append(report)
-    _corroborate_memory(by_role)
+    _false_discovery_control(reports)
+    explained = _not_the_programs(by_role)
 
     culprits: list[Culprit] = []
     culprits += census.object_culprits(by_role.get(ROLE_OBJECTS, []))
     culprits += _tensor_culprits(by_role.get(ROLE_TENSORS, []))
     culprits += _trace_count_culprits(by_role.get(ROLE_TRACES, []))
     culprits += _gc_culprits(by_role.get(ROLE_GC, []))
-    culprits += _memory_culprits(by_role.get(ROLE_MEMORY, []), culprits,
+    culprits += _memory_culprits([r for r in by_role.get(ROLE_MEMORY, []) if r.tag not in explained], culprits,
                                  by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
     containers = _container_culprits(by_role.get(ROLE_CONTAINERS, []))
     traces_dict = None
@@ -272,7 +263,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         traces_dict = trace_report.to_dict()
     culprits.sort(key=_culprit_rank)
 
-    verdict, confidence, reason = _run_verdict(by_role, culprits)
+    verdict, confidence, reason = _run_verdict(by_role, culprits, explained)
     if verdict == "leak":
         # A growing container names where a leak accumulates; alone (a list
         # of floats kept per step) it is not a leak of memory.
@@ -348,60 +339,35 @@ def _atomic_container(report) -> bool:
     return report.role == ROLE_CONTAINERS and str(report.subject).endswith(_ATOMIC_ITEMS)
 
 
-def _corroborate_memory(by_role) -> None:
-    """Hold memory series that leak alone to a higher bar.
+def _not_the_programs(by_role) -> dict:
+    """Memory series that leak by their own data while the series that
+    decompose them say the program's memory does not grow: tag -> why.
 
-    RSS growing while the C allocator's bytes in use (``malloc_bytes``) stay
-    flat is the allocator keeping freed pages or fragmenting: not a leak.
-    Without that series, a memory series that grows while no object, tensor
-    or allocator series does must grow by ``MIN_UNCORROBORATED_GROWTH`` of
-    its level. Such series become ``inconclusive`` with the reason.
-    """
+    RSS is the sum of the C allocator's bytes in use, Python's blocks,
+    TensorFlow's allocator and what allocators keep. RSS growing while the
+    C allocator's bytes in use are certified flat is freed memory kept, or
+    fragmentation. Python's blocks growing while the census was judged and
+    no object type, tensor or container grows is cyclic garbage awaiting the
+    collector. The series keep their verdicts; the run rule reads this."""
     memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
-    leaking = {r.measure: r for r in memory if r.trend.verdict == "leak"}
+    leaking = [r for r in memory if r.trend.verdict == "leak"]
     if not leaking:
-        return
+        return {}
     others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES, ROLE_CONTAINERS) for r in by_role.get(role, [])
               if r.trend is not None and r.trend.verdict == "leak" and not _atomic_container(r)]
-    # The census must have been judged (object types, and live tensors or
-    # arrays) before "nothing else grows" can be said.
     tensors = [r for r in by_role.get(ROLE_TENSORS, []) if r.measure.endswith("_count")]
-    census_judged = _census_judged(by_role.get(ROLE_OBJECTS, [])) and (
-        not tensors or _census_judged(tensors))
+    census_judged = _census_judged(by_role.get(ROLE_OBJECTS, [])) and (not tensors or _census_judged(tensors))
     malloc = next((r for r in memory if r.measure == "malloc_bytes"), None)
-    # TensorFlow's allocator counts tensors: its growth corroborates. The C
-    # allocator, RSS and Python's blocks measure one growth three ways.
-    allocator_grows = "bytes_in_use" in leaking
-    for report in memory:
-        if report.trend.verdict != "leak" or report.group not in ("process", "python"):
-            continue
+    out = {}
+    for report in leaking:
         if (malloc is not None and malloc.trend.verdict == "no_leak" and report.group == "process"
                 and report.measure not in ("uss_bytes", "malloc_bytes")):
-            why = (f"{report.trend.reason}; but the C allocator's bytes in use stay flat "
-                   f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation, not a leak")
-            report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="allocator_cache",
-                                               confidence=0.5, reason=why)
-            continue
-        if report.group == "python" and census_judged and not others:
-            # Python's blocks count garbage awaiting the collector too: with no
-            # object type or tensor growing, that is what grows.
-            why = (f"{report.trend.reason}; but no object type, tensor or array grows with it: "
-                   f"most likely cyclic garbage awaiting the collector, or pools")
-            report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="uncorroborated",
-                                               confidence=0.5, reason=why)
-            continue
-        if others or allocator_grows or not census_judged:
-            # Growth that the census could not check (too few heap walks)
-            # stays a leak; the culprit says the census was too short.
-            continue
-        level = abs(report.last_value or 0.0)
-        growth = report.trend.total_growth or 0.0
-        if level > 0 and growth < MIN_UNCORROBORATED_GROWTH * level:
-            why = (f"{report.trend.reason}; that is {growth / level:.1%} of its level, and no object, "
-                   f"tensor or allocator series grows with it (a pool or buffer filling is likely; "
-                   f"tb-leak calls it a leak from {MIN_UNCORROBORATED_GROWTH:.0%})")
-            report.trend = dataclasses.replace(report.trend, verdict="inconclusive", shape="uncorroborated",
-                                               confidence=0.5, reason=why)
+            out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
+                               f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
+        elif report.group == "python" and census_judged and not others:
+            out[report.tag] = (f"{report.tag} grows, but no object type, tensor or container grows with it: "
+                               f"most likely cyclic garbage awaiting the collector, or pools")
+    return out
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
@@ -579,26 +545,81 @@ def _op_culprits(trace_report) -> list[Culprit]:
     return out
 
 
-def _run_verdict(by_role, culprits) -> tuple[str, float, str]:
-    # Leak evidence: any judged memory series that leaks, or a culprit found
-    # by a test that already controls false alarms (object types go through
-    # Benjamini-Hochberg in census.object_culprits).
+def _false_discovery_control(reports) -> None:
+    """Leaks across every judged series of the run kept at ``POLICY.run_fdr``
+    (Benjamini-Hochberg): a series whose leak does not survive says so."""
+    judged = [r for r in reports if r.trend is not None and r.trend.shape != "too_few"]
+    if len(judged) < 2:
+        return
+    kept = benjamini_hochberg([r.trend.p_value for r in judged], POLICY.run_fdr)
+    for report, keep in zip(judged, kept):
+        if report.trend.verdict == "leak" and not keep:
+            report.trend = dataclasses.replace(
+                report.trend, verdict="inconclusive", shape="unclear",
+                reason=(f"{report.trend.reason}; but not significant among the run's {len(judged)} judged "
+                        f"series at a {POLICY.run_fdr:.0%} false-discovery rate"))
+
+
+# The host's memory is measured as a whole (RSS: what the host sees) and in
+# parts (the C allocator, Python's blocks, TensorFlow's CPU allocator). A part
+# is covered when the whole is certified flat; the whole is covered when every
+# part present is (RSS also moves with pools and pages the allocator keeps,
+# and may not decide where the exact parts do). Device memory is its own.
+_WHOLES = ("rss_anon_bytes", "rss_bytes", "uss_bytes")
+_PARTS = ("malloc_bytes", "allocated_blocks", "bytes_in_use")
+
+
+def _host(report) -> bool:
+    return "GPU" not in str(report.subject).upper() and "TPU" not in str(report.subject).upper()
+
+
+def _covered(memory) -> list:
+    """The judged memory series that are certified, directly or through the whole or its parts."""
+    whole_ok = any(r.measure in _WHOLES and r.trend.verdict == "no_leak" for r in memory)
+    parts = [r for r in memory if r.measure in _PARTS and _host(r)]
+    parts_ok = bool(parts) and all(r.trend.verdict == "no_leak" for r in parts)
+    out = []
+    for r in memory:
+        if r.trend.verdict == "no_leak" or (r.measure in _PARTS and _host(r) and whole_ok) \
+                or (r.measure in _WHOLES and parts_ok):
+            out.append(r)
+    return out
+
+
+def _run_verdict(by_role, culprits, explained) -> tuple[str, float, str]:
+    """The run rule. ``leak``: a culprit found by a test that controls false
+    discoveries (a series' leak, object types through Benjamini-Hochberg),
+    profiler ops aside (they name an op, a window cannot tell a leak from a
+    filling buffer). ``no_leak``: every judged memory series is certified,
+    directly or through the whole or the parts it belongs to (`_covered`).
+    Otherwise ``inconclusive``, saying which series could not decide and
+    how many more steps would."""
     evidence = [c for c in culprits if c.kind != "op"]
-    memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
     if evidence:
         top = evidence[0]  # culprits arrive ranked
         return "leak", float(top.confidence), f"{_describe(top)}: {top.evidence}"
+    if explained:
+        tag, why = next(iter(explained.items()))
+        conf = min(r.trend.confidence for role in (ROLE_MEMORY,) for r in by_role.get(role, [])
+                   if r.tag in explained)
+        return "inconclusive", 1.0 - float(conf), why
+    memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
     judged = memory or [r for role in (ROLE_TENSORS, ROLE_OBJECTS) for r in by_role.get(role, [])
                         if r.trend is not None]
     if not judged:
         return "inconclusive", 0.0, "no tb-leak memory series in this run"
-    undecided = [r for r in judged if r.trend.verdict == "inconclusive"]
-    if undecided:
-        worst = min(undecided, key=lambda r: r.trend.confidence)
-        return ("inconclusive", float(1.0 - max(r.trend.confidence for r in undecided)) * 0.5,
-                f"{worst.tag}: {worst.trend.reason}")
-    confidence = min(r.trend.confidence for r in judged)
-    return "no_leak", float(confidence), f"no growth in {len(judged)} memory series"
+    covered = _covered(judged) if memory else [r for r in judged if r.trend.verdict == "no_leak"]
+    if len(covered) == len(judged):
+        basis = [r for r in judged if r.trend.verdict == "no_leak"]
+        conf = min(r.trend.confidence for r in basis)
+        names = ", ".join(r.measure for r in basis[:4]) + (", ..." if len(basis) > 4 else "")
+        rules_out = basis[0].trend.reason.split(":")[0] if basis else ""
+        return "no_leak", float(conf), (f"no material growth in {len(basis)} of {len(judged)} memory series "
+                                        f"({names}); {basis[0].measure}: {rules_out}")
+    undecided = [r for r in judged if r not in covered]
+    worst = max(undecided, key=lambda r: (r.trend.decide_steps is None, r.trend.decide_steps or 0))
+    conf = max(r.trend.confidence for r in undecided)
+    return "inconclusive", float(conf), f"{worst.tag}: {worst.trend.reason}"
 
 
 def _describe(culprit: Culprit) -> str:

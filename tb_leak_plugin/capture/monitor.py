@@ -109,6 +109,10 @@ _FORESIGHT_MARGIN = 1.25
 
 _COLLECTED_INFO = SeriesInfo("gc", "collected", "count")
 _FULL_INFO = SeriesInfo("gc", "full_collection", "count")
+# 1 where the profiler window the program asked for starts recording, 0 where
+# it stops: the profiler's own buffers grow memory inside the window and are
+# freed when it stops, which the analysis leaves out of memory series.
+_PROFILER_INFO = SeriesInfo("profiler", "recording", "flag")
 
 
 class _Unit:
@@ -369,7 +373,10 @@ class Monitor:
             self._step = step
             if self._profiler is not None:
                 started = time.perf_counter()
+                was = self._profiler.recording
                 self._profiler.on_step_end(step)
+                if self._profiler.recording != was:
+                    self._write_extra(step, [(_PROFILER_INFO, 1.0 if not was else 0.0)], time.time())
                 # The trace the program asked for (profile_steps) is not the
                 # monitor's to pay from its budget.
                 self._requested_s += time.perf_counter() - started

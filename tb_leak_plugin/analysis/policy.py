@@ -1,0 +1,108 @@
+"""Every constant that decides a verdict, in one place, each with its reason.
+
+The series model (`analysis.trend`) estimates the current growth rate of a
+series with an interval; the decision compares that interval with a
+*materiality*: the growth rate below which nobody would call it a leak. A
+series is a ``leak`` when even the lower bound of its growth is material,
+``no_leak`` when even the upper bound is not (an equivalence test: the verdict
+says what it rules out), and ``inconclusive`` otherwise. The run rule
+(`analysis.report`) combines series verdicts with a false-discovery control.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    # ---------------------------------------------------------------- materiality
+    # A memory series (bytes) is a material leak when, at its current rate, it
+    # grows by this share of its level over a span as long as the run so far:
+    # a list of floats or an allocator settling moves RSS by a few KiB a step,
+    # which is real but not what anyone means by a leak, and any leak that is
+    # still growing passes this bar once the run is a little longer.
+    bytes_share: float = 0.01
+    # ... and by at least this many bytes over that span: a few pages of
+    # allocator granularity are not a leak anyone can act on, even in a series
+    # whose level is near zero (TensorFlow's allocator on a small model).
+    bytes_floor: float = 256 * 1024
+    # Python's allocated blocks are memory too (a block is an object's
+    # memory, ~64 bytes on average): held to the same share of their level,
+    # with a floor of about the same bytes.
+    blocks_floor: float = 4096.0
+    # A count (objects of a type, live tensors, traces, a container's length)
+    # is a material leak when it grows by more than this over the run so far:
+    # counts are exact, and one or two increments (a function traced once more
+    # as model.fit ends) are events, not a leak.
+    count_floor: float = 2.5
+    # ------------------------------------------------------------------ decision
+    # One-sided level of the lower bound that must clear materiality for a
+    # leak. Strict: where the current segment starts is searched for (which
+    # biases its slope upward), and false alarms cost users' trust most.
+    alpha_leak: float = 1e-4
+    # One-sided level of the upper bound that must stay under materiality for
+    # no_leak: the usual 95% of an equivalence test ("no leak above X, 95%").
+    alpha_clean: float = 0.05
+    # no_leak rules out growth that would be material over a run this many
+    # times as long as the one so far: a user told "fixed" must not see
+    # "leak" after training three times longer at the same rate.
+    clean_horizon: float = 3.0
+    # Across the series of one run, leaks are kept at this false-discovery
+    # rate (Benjamini-Hochberg): a run follows dozens of series.
+    run_fdr: float = 0.01
+    # -------------------------------------------------------------------- model
+    # Penalty of one more segment, in units of the noise variance times
+    # log(points): about twice BIC's, so that autocorrelated wander between
+    # two breaks is not read as a new regime.
+    segment_penalty: float = 6.0
+    # Segmentation runs on at most this many block means (bounded cost);
+    # the final segment's slope is then fitted on the finer blocks.
+    segment_points: int = 256
+    # The current (last) segment spans at least this share of the run: the
+    # growth a user asks about is the run's recent trend, not the slope of
+    # the last stair of a staircase; a one-off step near the end is allowed
+    # for by the step the segment may carry (see trend._fit_current).
+    final_share: float = 0.33
+    # Where the current segment starts is uncertain: this share of its first
+    # points is left out of its slope, so that the end of the regime before
+    # (a ramp, a fill) does not bias it.
+    trim_share: float = 0.1
+    # At most this many segments: a training run has a handful of regimes;
+    # more is noise being fitted.
+    max_segments: int = 12
+    # Every segment but the first has at least this many points (a slope needs
+    # a few); the first may be a single baseline sample.
+    min_segment: int = 4
+    # Long series are reduced to 512-1,023 block medians before fitting:
+    # bounded cost whatever the length, and spikes are defused.
+    max_blocks: int = 512
+    # A drop of this many sd of the point-to-point noise that does not rebound
+    # is a reset (a buffer cleared); two or more make a sawtooth, judged by its
+    # floor.
+    reset_sd: float = 5.0
+    # ... and a reset drops by at least this share of the series' range.
+    reset_range_share: float = 0.05
+    # A point this many noise sd from both neighbours, which agree, is a bad
+    # reading, left out so that one point cannot flip a verdict.
+    spike_sd: float = 25.0
+    # Fewer finite samples than this are never judged.
+    min_samples: int = 4
+    # Multiples of the run's length tried when saying how much longer a run
+    # must be for an inconclusive series to be decided.
+    decide_horizons: tuple = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0)
+
+    def materiality(self, unit: str, level: float, span_steps: float) -> float:
+        """The growth per step that is material for a series of ``unit``
+        whose level is ``level`` and whose samples span ``span_steps`` steps."""
+        span = max(float(span_steps), 1.0)
+        level = abs(level) if math.isfinite(level) else 0.0
+        if unit == "bytes":
+            return max(self.bytes_share * level, self.bytes_floor) / span
+        if unit == "blocks":
+            return max(self.bytes_share * level, self.blocks_floor) / span
+        return self.count_floor / span
+
+
+POLICY = Policy()
