@@ -51,10 +51,11 @@ def test_rss_growth_with_flat_allocator_bytes_is_not_a_leak():
     rss = _series("process", "rss_anon_bytes", "bytes", steps, 3e8 + 40 * 1024 * steps + rng.normal(0, 1e5, 600))
     malloc = _series("process", "malloc_bytes", "bytes", steps, 2e8 + rng.normal(0, 1e4, 600))
     report = build_run_report(_run(rss, malloc, _available(steps)))
-    assert report.verdict != "leak", report.reason
+    assert report.verdict == "inconclusive", report.reason
+    assert "allocator" in report.reason
+    # The run rule explains; it does not rewrite the series' own verdict.
     rss_report = next(s for s in report.series if s.measure == "rss_anon_bytes")
-    assert rss_report.verdict == "inconclusive"
-    assert "allocator" in rss_report.trend.reason
+    assert rss_report.verdict == "leak"
 
 
 def test_small_uncorroborated_memory_growth_is_not_a_leak():
@@ -70,22 +71,25 @@ def test_small_uncorroborated_memory_growth_is_not_a_leak():
 
 def test_a_growing_list_of_floats_does_not_corroborate_kilobytes_a_step():
     # The fixed twin that keeps float(loss) a step: its list grows, and RSS
-    # drifts up 8 KiB a step (2.6 MiB, 2.6% of its level); a list's floats
-    # cannot carry that.
+    # drifts up 8 KiB a step (2.6 MiB, 2.6% of its level) while the C
+    # allocator's bytes in use stay flat; a list's floats cannot carry that.
     steps = np.arange(330)
     rng = np.random.default_rng(2)
     rss = _series("process", "rss_anon_bytes", "bytes", steps, 100 * MiB + 8192 * steps + rng.normal(0, 2e3, 330))
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 60 * MiB + rng.normal(0, 2e3, 330))
     census = steps[::30]
     objects = _series("objects", "live_count", "count", census, np.full(census.size, 5000.0), subject="builtins.dict")
     floats = _series("containers", "length", "count", census, census + 10.0,
                      subject="loop() local `history` (train.py:3) → list of float")
-    report = build_run_report(_run(rss, objects, floats, _available(steps)))
+    report = build_run_report(_run(rss, malloc, objects, floats, _available(steps)))
     assert report.verdict != "leak", report.reason
     # A list of arrays growing as fast does corroborate it.
     arrays = _series("containers", "length", "count", census, census + 10.0,
                      subject="loop() local `history` (train.py:3) → list of ndarray")
     report = build_run_report(_run(rss, objects, arrays, _available(steps)))
     assert report.verdict == "leak", report.reason
+    assert "list of ndarray" in [c.name for c in report.culprits][0] or any(
+        "list of ndarray" in c.name for c in report.culprits)
 
 
 def test_allocator_bytes_growing_alone_is_a_native_leak():
@@ -154,7 +158,6 @@ def test_a_count_that_falls_at_close_after_young_collections_only_is_not_called(
                                    *_walk_series(walks, [1, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 4100])))
     series = {s.tag: s for s in report.series}["leak/objects/errors.BadRecord"]
     assert series.trend.verdict == "inconclusive", series.trend.reason
-    assert "fell back at the last one" in series.trend.reason
     assert "errors.BadRecord" not in [c.name for c in report.culprits]
 
 

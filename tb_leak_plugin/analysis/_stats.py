@@ -42,14 +42,15 @@ class Regression:
         return t_sf(b / se, self.df)
 
 
-def regress(x_cols, y, min_inflation=1.0, resolution=0.0):
+def regress(x_cols, y, min_inflation=1.0, resolution=0.0, inflation=None):
     """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd.
 
     ``min_inflation``: the variance inflation known from elsewhere (the same
     noise process around the other segments of the series); the residuals'
     own estimate is used where larger. ``resolution``: the smallest change
     the series can show (one object of a count); residuals within two of it
-    are counting noise, whose autocorrelation means nothing."""
+    are counting noise, whose autocorrelation means nothing. ``inflation``:
+    use this inflation instead of estimating it from the residuals."""
     design = np.column_stack([np.ones(y.size)] + list(x_cols))
     k = design.shape[1]
     beta = np.linalg.lstsq(design, y, rcond=None)[0]
@@ -66,7 +67,8 @@ def regress(x_cols, y, min_inflation=1.0, resolution=0.0):
     # An exact fit leaves only rounding noise, whose "autocorrelation" means nothing.
     exact = sigma2 <= 1e-20 * max(float(np.mean(y * y)), 1e-300)
     exact = exact or math.sqrt(sigma2) <= 2.0 * resolution
-    inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
+    if inflation is None:
+        inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
     try:
         cov = np.linalg.inv(design.T @ design)
         se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from tb_leak_plugin.analysis._stats import diff_noise, median, regress, robust_sd, t_ppf, t_sf, variance_inflation
+from tb_leak_plugin.analysis._stats import ar1, diff_noise, median, regress, robust_sd, t_ppf, t_sf, variance_inflation
 from tb_leak_plugin.analysis.policy import POLICY, Policy
 from tb_leak_plugin.units import format_quantity
 
@@ -229,7 +229,7 @@ def _resolution(y, unit):
 def _fit_current(t, y, unit, policy) -> _Fit:
     resets = _resets(y, unit, policy)
     if resets.size >= 2:
-        return _fit_sawtooth(t, y, resets)
+        return _fit_sawtooth(t, y, resets, unit)
     res = _resolution(y, unit)
     sd = max(_local_noise(t, y), res / 2)
     # Segment with the noise of white jitter, then again with the noise
@@ -304,25 +304,38 @@ def _noise(resid, res):
     return sd if sd > res * 1e-3 else 0.0
 
 
-def _fit_sawtooth(t, y, resets) -> _Fit:
-    """Floor + ramp since the last reset, from the first reset on; the floor's
-    slope is the trend. Where the reset falls between two samples drifts from
-    cycle to cycle, so the floor is uncertain by one ramp step: that is added
-    to the slope's error."""
-    start = int(resets[0]) + 1
-    tt, yy = t[start:], y[start:]
-    marks = resets[1:] + 1 - start
-    idx = np.searchsorted(marks, np.arange(tt.size), side="right")
-    anchors = np.r_[0, marks][idx]
-    last = tt - tt[anchors]
-    reg = regress([tt - tt[0], last], yy)
-    ramp = abs(float(reg.beta[2]))
-    span = float(tt[-1] - tt[0])
-    aliasing = ramp * float(median(np.diff(tt))) / max(span, 1.0)
-    se = math.hypot(float(reg.se[1]), aliasing)
-    return _Fit(t_start=float(tt[0]), level=float(reg.beta[0]), slope=float(reg.beta[1]), se=se,
-                df=float(reg.df), noise=robust_sd(reg.resid), segments=1, resets=int(resets.size),
-                jump=0.0, used=int(yy.size))
+def _fit_sawtooth(t, y, resets, unit) -> _Fit:
+    """A buffer filled and cleared: the trend is its floor's. The first sample
+    after each reset is a floor; the line through them is the slope. Where the
+    reset fell inside the interval before that sample drifts from cycle to
+    cycle, so each floor is uncertain by up to one ramp step: that bounds the
+    floors' noise from below."""
+    floors = resets + 1
+    tf, yf = t[floors], y[floors]
+    d = np.diff(y)
+    dt = np.diff(t)
+    rising = d > 0
+    ramp = float(median(d[rising] / dt[rising])) if rising.any() else 0.0
+    step_err = ramp * float(median(dt)) / math.sqrt(12.0)
+    res = _resolution(y, unit)
+    if tf.size < 3 or not float(tf[-1] - tf[0]) > 0:
+        return _Fit(t_start=float(t[0]), level=float(yf[0]), slope=0.0, se=math.inf, df=1.0, noise=step_err,
+                    segments=1, resets=int(resets.size), jump=0.0, used=int(tf.size))
+    # The floors' noise is the series' noise a cycle apart: its lag-1
+    # autocorrelation, estimated on every sample around floor + ramp, to the
+    # power of the samples in a cycle.
+    start = int(floors[0])
+    phase = t[start:] - t[start:][np.r_[0, floors[1:] - start][
+        np.searchsorted(floors[1:] - start, np.arange(t.size - start), side="right")]]
+    around = regress([t[start:] - t[start], phase], y[start:]).resid
+    rho = ar1(around) ** max(1.0, float(median(np.diff(floors))))
+    exact = robust_sd(around) <= (2.0 * res if unit != "bytes" else 0.0)
+    reg = regress([tf - tf[0]], yf, inflation=1.0 if exact else (1 + rho) / (1 - rho))
+    sxx = float(np.sum((tf - tf.mean()) ** 2))
+    se = math.hypot(float(reg.se[1]), step_err / math.sqrt(sxx))
+    return _Fit(t_start=float(tf[0]), level=float(reg.beta[0]), slope=float(reg.beta[1]), se=se,
+                df=float(reg.df), noise=max(robust_sd(reg.resid), step_err), segments=1,
+                resets=int(resets.size), jump=0.0, used=int(tf.size))
 
 
 def _resets(y, unit, policy) -> np.ndarray:
