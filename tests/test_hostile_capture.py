@@ -190,16 +190,30 @@ class SlowKey:
         return SlowKey
 
 
+def _endless():
+    # Ends after 2 s only so that the test ends on code that calls it.
+    _Calls.count += 1
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        yield ("k", None)
+
+
 class EndlessItems(dict):
     def items(self):
-        _Calls.count += 1
-        while True:
-            yield ("k", None)
+        return _endless()
 
     def values(self):
-        _Calls.count += 1
-        while True:
-            yield None
+        return _endless()
+
+    def keys(self):
+        return _endless()
+
+    def __iter__(self):
+        return _endless()
+
+
+class Plain:
+    pass
 
 
 @pytest.mark.parametrize("make", ["slow_class", "metaclass_eq", "key_class", "endless_items"])
@@ -221,9 +235,11 @@ def test_trace_never_runs_the_programs_code(make):
     elif make == "key_class":
         holders = {SlowKey(): target for target in targets}
     else:
-        holders = EndlessItems()
-        for index, target in enumerate(targets):
-            dict.__setitem__(holders, index, target)
+        holders = []
+        for target in targets:
+            holder = Plain()
+            holder.__dict__ = EndlessItems(item=target)  # its namespace is a hostile dict
+            holders.append(holder)
     target = holder = None
     started = time.perf_counter()
     result = referrers.trace(targets, time_cap_s=0.25)
@@ -275,11 +291,11 @@ def test_a_holder_with_a_million_referrers_keeps_the_time_cap():
 
     holder = Holder()
     holder.item = Box()
-    target = holder.item
+    targets = [holder.item]
     refs = [(holder,) for _ in range(1_000_000)]
     holder = None
     started = time.perf_counter()
-    result = referrers.trace([target], time_cap_s=0.25)
+    result = referrers.trace(targets, time_cap_s=0.25)
     took = time.perf_counter() - started
     assert took < 0.6, took
     del refs
@@ -372,19 +388,23 @@ def test_own_types_stay_out_of_the_census_and_of_traces():
 
     own = [SeriesInfo("objects", "live_count", "count", str(i)) for i in range(10)]
     entries = [online._Container(list) for _ in range(10)]
-    counts = probes.count_types(own + entries + [Box()])
+    own += entries
+    counts = probes.count_types(own + [Box()])
     assert not [name for name in counts if name.startswith("tb_leak_plugin.")], counts
-    target = Box()
-    entries[0].history = [target]
-    user = [target]
-    result = referrers.trace([target])
+    user = [Box()]
+    entries[0].history = [user[0]]
+    entries = None  # held by the list `own` only now
+    result = referrers.trace(user[:1])
     assert _paths(result) and not any("_Container" in path for path in _paths(result)), _paths(result)
     assert any("local `user`" in path for path in _paths(result))
 
 
 def test_classes_made_per_step_are_not_held_by_their_own_descriptors():
-    made = [type(f"Gen{i}", (), {}) for i in range(40)]
-    result = referrers.trace(made[-8:])
+    keep = [Box()]
+    keep[0].inner = Box()
+    keep[0].inner.made = [type(f"Gen{i}", (), {}) for i in range(40)]
+    result = referrers.trace(keep[0].inner.made[-8:])
     paths = _paths(result)
-    assert paths and not any("__weakref__" in p or "__dict__" in p for p in paths), paths
-    assert any("local `made`" in p for p in paths), paths
+    assert paths and not any("__weakref__" in p or "__dict__" in p or "namespace of class" in p
+                             for p in paths), paths
+    assert any("local `keep`" in p and "Box.made" in p for p in paths), paths

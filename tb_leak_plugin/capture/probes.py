@@ -409,28 +409,39 @@ def _as_census(objects) -> Census:
 def type_name(kind: type) -> str:
     """Qualified name of a type, e.g. ``builtins.dict``; ``?`` for parts a
     hostile class does not give as plain strings."""
+    # Read from type's own slots (a metaclass's properties never run), and
+    # a str subclass may override formatting: take a plain copy.
     try:
-        module = kind.__module__
-        # A str subclass may override formatting: take a plain copy.
-        module = str.__str__(module) if isinstance(module, str) and module else "?"
+        module = _TYPE_MODULE.__get__(kind, type)
+        module = str.__str__(module) if issubclass(type(module), str) and module else "?"
     except Exception:
         module = "?"
     try:
-        qualname = kind.__qualname__
-        if not isinstance(qualname, str):
-            qualname = type.__getattribute__(kind, "__name__")
-        qualname = str.__str__(qualname) if isinstance(qualname, str) else "?"
+        qualname = _TYPE_QUALNAME.__get__(kind, type)
+        if not issubclass(type(qualname), str):
+            qualname = _TYPE_NAME.__get__(kind, type)
+        qualname = str.__str__(qualname) if issubclass(type(qualname), str) else "?"
     except Exception:
         qualname = "?"
     return module + "." + qualname
 
 
+_TYPE_MODULE, _TYPE_QUALNAME, _TYPE_NAME = (type.__dict__[name] for name in ("__module__", "__qualname__", "__name__"))
+
+
+_OWN_PREFIX = __name__.partition(".")[0] + "."
+
+
 def count_types(objects) -> dict[str, int]:
-    """Live count per qualified type name over ``objects`` (a list or Census)."""
+    """Live count per qualified type name over ``objects`` (a list or Census).
+    Types defined in tb-leak's own package are left out: they are the
+    monitor's, not the program's."""
     counts: dict[str, int] = {}
     # Merge by name: distinct classes may share one (classes made in a loop).
     for kind, count in _as_census(objects).by_type().items():
         name = type_name(kind)
+        if name.startswith(_OWN_PREFIX):
+            continue
         counts[name] = counts.get(name, 0) + count
     return counts
 

@@ -139,7 +139,7 @@ def _instance_dict(obj):
             found = desc.__get__(obj, type(obj))
         except Exception:
             return None
-        return found if type(found) is dict else None
+        return found if issubclass(type(found), dict) else None  # (read with dict's own methods)
     return None
 
 
