@@ -321,10 +321,16 @@ class _Namer:
         in a path, ``_FOUND_KEY`` when ``child`` is a key; when not found
         within the bounds, the type of the keys seen (``int``) or ``?``."""
         entry = self._found.get(id(mapping))
-        if entry is None:
-            wanted = self.wanted.get(id(mapping if owner is None else owner), set()) | {id(child)}
-            entry = self._found[id(mapping)] = self._scan(mapping, wanted)
-        labels, fallback = entry
+        if entry is None or id(child) not in entry[2]:
+            # Every child asked for through the mapping or through its owner
+            # (an instance and its __dict__) is looked for in the same pass.
+            wanted = self.wanted.get(id(mapping), set()) | {id(child)}
+            if owner is not None:
+                wanted |= self.wanted.get(id(owner), set())
+            if entry is not None:
+                wanted |= entry[2]
+            entry = self._found[id(mapping)] = self._scan(mapping, wanted) + (wanted,)
+        labels, fallback, _wanted = entry
         if id(child) in labels:
             return labels[id(child)], True
         return fallback, False
