@@ -391,11 +391,10 @@ class LeakWatch:
             return []
         # Module namespaces grow at imports; they are roots, not leaks.
         namespaces = set()
-        for module in list(sys.modules.values()):
-            try:
-                namespaces.add(id(object.__getattribute__(module, "__dict__")))
-            except Exception:
-                continue
+        for _name, module in referrers.modules():
+            namespace = referrers.module_namespace(module)
+            if namespace is not None:
+                namespaces.add(id(namespace))
         n = len(containers)
         all_ids = np.fromiter(map(id, containers), np.int64, n)
         all_lens = np.fromiter(map(len, containers), np.int64, n)
