@@ -1,8 +1,10 @@
-"""Numbers in their units, for people: one formatter for every text surface."""
+"""Numbers in their units, and names made safe to print, for people: one
+formatter for every text surface (the CLI and the monitor's own warnings)."""
 
 from __future__ import annotations
 
 import math
+import re
 
 _BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 
@@ -39,3 +41,31 @@ def format_duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {name}"
     return f"{seconds:.0f} s"
+
+
+# Characters that a terminal or a renderer would act on rather than show:
+# C0 controls (ESC, CR, LF, TAB, BS...), DEL, C1 controls (CSI, OSC, NEL),
+# Unicode line/paragraph separators, bidirectional marks, overrides and
+# isolates, and lone surrogates (bytes of a non-UTF-8 file name, kept by
+# Python's surrogateescape).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                          "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape_char(match: re.Match) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the undecodable byte itself
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text) -> str:
+    """``text`` safe to print on a terminal: one line, nothing a terminal acts on.
+
+    Control characters, separators, bidirectional overrides and lone
+    surrogates become visible ``\\xNN`` / ``\\uNNNN`` escapes (a surrogate
+    from a non-UTF-8 file name shows the original byte), so a name can neither
+    forge report lines nor drive the terminal, and the result always encodes
+    as UTF-8. Idempotent.
+    """
+    return _UNPRINTABLE.sub(_escape_char, str(text))

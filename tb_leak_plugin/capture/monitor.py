@@ -41,6 +41,7 @@ from tb_leak_plugin.capture import probes as probes_lib
 from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
 from tb_leak_plugin.metadata import SeriesInfo, task_series_info
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
+from tb_leak_plugin.units import printable
 
 logger = logging.getLogger("tb_leak_plugin")
 
@@ -267,6 +268,10 @@ class Monitor:
         if placement.notice:
             self._log_once(placement.notice)
         self._lock = threading.Lock()
+        # The thread holding _lock (sample() or close()), and a close() that
+        # code run inside them asked for (see close()).
+        self._lock_owner: int | None = None
+        self._close_pending = False
         self._pid = os.getpid()
         self._stopped = False
         try:
@@ -356,6 +361,7 @@ class Monitor:
         entered = time.perf_counter()
         if not self._lock.acquire(blocking=False):
             return  # another thread is sampling this monitor right now
+        self._lock_owner = threading.get_ident()
         self._sample_started = entered
         try:
             if self._closed or self._stopped:
@@ -388,21 +394,52 @@ class Monitor:
             done = time.perf_counter()
             self._monitor_s += done - entered
             self._last_return = done
+            self._lock_owner = None
             self._lock.release()
+        self._after_unlock()
+
+    def _after_unlock(self) -> None:
+        """What waits for the monitor's locks to be free: the leak warnings
+        and ``on_leak`` calls (a slow callback stalls no heap walk), and a
+        close() asked for from inside the monitor. Never raises."""
+        if self._watch is not None:
+            try:
+                self._watch.deliver()
+            except Exception as error:
+                self._log_once(f"on_leak delivery failed: {type(error).__name__}: {error}")
+        if self._close_pending and not self._closed:
+            self._close_pending = False
+            self.close()
 
     def close(self) -> None:
         """Take a last sample of every probe group (at the last step sampled,
         so the series end where training did), stop any profiler window,
-        flush and close the writer. Idempotent; never raises."""
+        flush and close the writer. Idempotent; never raises.
+
+        Called from inside the monitor's own sample (a ``weakref.finalize``
+        or ``__del__`` that the monitor's garbage collection runs), it
+        returns at once and the monitor closes as soon as that sample
+        returns (waiting would deadlock). ``on_leak`` runs outside the
+        monitor's locks: it may call close() directly."""
+        if self._lock_owner == threading.get_ident():
+            self._close_pending = True
+            self._log_once("close() was called from inside the monitor's own sample (a finalizer run by its "
+                           "garbage collection?); the monitor closes when that sample returns")
+            return
         with self._lock:
-            if self._closed:
-                return
-            if self.overhead_budget is not None and not self._stopped and os.getpid() == self._pid:
-                try:
-                    self._final_sample()
-                except Exception as error:
-                    self._log_once(f"final sample failed: {type(error).__name__}: {error}")
-            self._closed = True
+            self._lock_owner = threading.get_ident()
+            try:
+                if self._closed:
+                    return
+                if self.overhead_budget is not None and not self._stopped and os.getpid() == self._pid:
+                    try:
+                        self._final_sample()
+                    except Exception as error:
+                        self._log_once(f"final sample failed: {type(error).__name__}: {error}")
+                self._closed = True
+            finally:
+                self._lock_owner = None
+        self._after_unlock()
         if self._profiler is not None:
             try:
                 self._profiler.close()
@@ -856,11 +893,19 @@ class Monitor:
 
         return ProfilerWindow(directory, start, stop)
 
-    def _log_once(self, message: str) -> None:
+    def _log_once(self, message) -> None:
+        """Log ``message`` once per run, made inert (names and errors come
+        from the program: control characters, bidirectional overrides and
+        line breaks are shown escaped). A tuple is several lines, each
+        escaped on its own."""
         if message in self._logged:
             return
         self._logged.add(message)
-        logger.warning("tb-leak: %s", message)
+        if isinstance(message, tuple):
+            text = "\n".join(printable(line) for line in message)
+        else:
+            text = printable(message)
+        logger.warning("tb-leak: %s", text)
 
 
 class _NullWriter:

@@ -20,9 +20,16 @@ After each heap walk the monitor hands the walk to a :class:`LeakWatch`:
   point (JSON in the plugin data), so a saved logdir shows it.
 * **Told.** The first time a culprit is confirmed the monitor logs one
   warning with the culprit, its trace and the projected time to running out
-  of memory, and calls ``on_leak(report)``.
+  of memory (every name in it escaped: a type or key name cannot drive the
+  terminal or forge a line), and calls ``on_leak(report)``. Both are queued
+  and delivered by :meth:`LeakWatch.deliver`, which the monitor calls after
+  it has released its locks: a slow callback stalls no other monitor's heap
+  walk, and one that closes the monitor does not deadlock.
 
-Everything here runs inside the monitor's lock and heap-walk lock, costs at
+Held-by data is bounded: every string written is cut to
+``referrers.MAX_HOP_CHARS`` characters, every path to ``referrers.MAX_HOPS`` hops.
+
+Everything else here runs inside the monitor's lock and heap-walk lock, costs at
 most ``WATCH_SHARE`` (a quarter) of what the heap walks cost on top of them
 (charged to them, it would leave short runs with too few walks for the
 census), and never raises into the loop.
@@ -43,6 +50,7 @@ import time
 from tb_leak_plugin.capture import referrers
 from tb_leak_plugin.capture.probes import _function_types, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
+from tb_leak_plugin.units import printable
 
 # Points kept per series for the analysis while the loop runs.
 MAX_POINTS = 256
@@ -215,6 +223,8 @@ class LeakWatch:
         self._walk_asked = False
         self._ignored: set[int] = set()
         self._last_step, self._last_wall = 0, 0.0
+        # (warning lines, report) told but not yet delivered (see deliver()).
+        self._to_tell: list = []
 
     # -- called by the monitor -----------------------------------------------
 
@@ -340,7 +350,7 @@ class LeakWatch:
         rising = []
         for kind, count in counts.items():
             gain = count - previous.get(id(kind), 0)
-            if gain >= 8 and count <= MAX_MARKED_INSTANCES:
+            if gain >= 8 and count <= MAX_MARKED_INSTANCES and not referrers.is_own_type(kind):
                 rising.append((gain, id(kind), kind))
         rising.sort(key=lambda item: -item[0])
         self._rising = bool(rising) and bool(previous)
@@ -381,11 +391,10 @@ class LeakWatch:
             return []
         # Module namespaces grow at imports; they are roots, not leaks.
         namespaces = set()
-        for module in list(sys.modules.values()):
-            try:
-                namespaces.add(id(object.__getattribute__(module, "__dict__")))
-            except Exception:
-                continue
+        for _name, module in referrers.modules():
+            namespace = referrers.module_namespace(module)
+            if namespace is not None:
+                namespaces.add(id(namespace))
         n = len(containers)
         all_ids = np.fromiter(map(id, containers), np.int64, n)
         all_lens = np.fromiter(map(len, containers), np.int64, n)
@@ -638,7 +647,8 @@ class LeakWatch:
                 growth = gains.get(id(obj), 0)
                 items = _item_kind(obj)
                 kind = type(obj).__name__ + (f" of {items}" if items else "")
-                entries.append({"path": result.held_by[0].path + [kind], "sampled": 1, "instances": int(growth)})
+                entries.append({"path": _bounded_path(result.held_by[0].path + [kind]), "sampled": 1,
+                                "instances": int(growth)})
         objs = exclude = None
         self.trace_seconds += seconds
         if not entries and traced == 0:
@@ -650,7 +660,8 @@ class LeakWatch:
                 self._traced[key] = (self._walks, 0)
             return
         self._traced[key] = (self._walks, 0)
-        detail = {"format": HELD_BY_FORMAT, "culprit": {"kind": culprit.kind, "name": culprit.name},
+        detail = {"format": HELD_BY_FORMAT,
+                  "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
                   "step": int(step), "live": None, "new": None, "new_since_step": None,
                   "traced": traced, "found": len(entries), "seconds": round(seconds, 4),
                   "complete": True, "containers": True, "held_by": entries}
@@ -664,31 +675,48 @@ class LeakWatch:
         self._stale = True  # the last report does not show this trace yet
 
     def _tell(self, report) -> None:
+        """Queue the warning and the ``on_leak`` call for newly confirmed
+        culprits; :meth:`deliver` makes them, outside the monitor's locks."""
         new = [c for c in report.culprits if c.kind != "op" and f"{c.kind}:{c.name}" not in self._told]
         if not new:
             return
         for culprit in new:
             self._told.add(f"{culprit.kind}:{culprit.name}")
         top = new[0]
-        lines = [f"memory leak in run {self.run_name!r}: {summarize(top)}"]
+        # Each line is made inert on its own (names come from the program).
+        lines = [f"memory leak in run {printable(self.run_name)!r}: {printable(summarize(top))}"]
         held = top.details.get("held_by") if isinstance(top.details, dict) else None
         if held:
-            lines.append("  held by: " + " → ".join(held[0]["path"]))
+            lines.append("  held by: " + printable(" → ".join(map(str, held[0]["path"]))))
         for other in new[1:3]:
-            lines.append(f"  also: {summarize(other)}")
-        lines.append("  " + time_left(report))
-        self._log("\n".join(lines))
-        if self.on_leak is not None:
+            lines.append(f"  also: {printable(summarize(other))}")
+        lines.append("  " + printable(time_left(report)))
+        if len(self._to_tell) < 16:
+            self._to_tell.append((tuple(lines), report))
+
+    def deliver(self) -> None:
+        """Log the queued warnings and call ``on_leak`` with their reports;
+        called by the monitor once it holds no lock. Never raises."""
+        while True:
             try:
-                self.on_leak(report)
-            except Exception as error:
-                self._log(f"on_leak callback failed ({type(error).__name__}: {error})")
+                lines, report = self._to_tell.pop(0)
+            except IndexError:
+                return
+            try:
+                self._log(lines)
+            except Exception:
+                pass
+            if self.on_leak is not None:
+                try:
+                    self.on_leak(report)
+                except Exception as error:
+                    self._log(f"on_leak callback failed ({type(error).__name__}: {error})")
 
 
 def summarize(culprit) -> str:
     rate = culprit.growth_per_step
     rate_text = f" {rate:+.3g} {culprit.unit}/step" if rate is not None and math.isfinite(rate) else ""
-    return f"{culprit.name}{rate_text}"
+    return f"{referrers.bound(culprit.name)}{rate_text}"
 
 
 def time_left(report) -> str:
@@ -712,10 +740,10 @@ def _item_kind(container) -> str | None:
             item = container[-1]
         else:
             return None
-        name = type(item).__name__
+        name = _name_of(type(item))
         if type(item) is tuple:
-            name = "tuple(" + ", ".join(type(part).__name__ for part in item[:3]) + (", …" if len(item) > 3 else "") + ")"
-        return name if isinstance(name, str) else None
+            name = "tuple(" + ", ".join(_name_of(type(part)) for part in item[:3]) + (", …" if len(item) > 3 else "") + ")"
+        return referrers.bound(name, 120)
     except Exception:
         return None
 
@@ -740,9 +768,30 @@ def _item_bytes(container) -> float:
             items = [container[-i] for i in range(1, min(8, len(container)) + 1)]
         else:
             items = list(itertools.islice(iter(container), 8))
-        return sum(map(sys.getsizeof, items)) / max(len(items), 1)
+        return sum(map(_size_of, items)) / max(len(items), 1)
     except Exception:
         return 0.0
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_TYPE_FLAGS = type.__dict__["__flags__"]
+
+
+def _size_of(item) -> int:
+    """``sys.getsizeof`` for objects of C types (an ndarray counts its data);
+    for a class defined in Python, ``object.__sizeof__`` (its own
+    ``__sizeof__`` is the program's code, never run)."""
+    try:
+        if _TYPE_FLAGS.__get__(type(item), type) & _HEAPTYPE:
+            return object.__sizeof__(item)
+        return sys.getsizeof(item)
+    except Exception:
+        return 0
+
+
+def _name_of(kind) -> str:
+    name = referrers._type_attr(kind, "__name__")
+    return str.__str__(name) if issubclass(type(name), str) else "?"
 
 
 def _per_step(entry) -> bool:
@@ -777,7 +826,7 @@ def _trace_detail(culprit, step, live, new, since, result) -> dict:
         new = base
     return {
         "format": HELD_BY_FORMAT,
-        "culprit": {"kind": culprit.kind, "name": culprit.name},
+        "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
         "step": int(step),
         "live": int(live),
         "new": int(new) if since is not None else None,
@@ -786,6 +835,12 @@ def _trace_detail(culprit, step, live, new, since, result) -> dict:
         "found": int(result.found),
         "seconds": round(result.seconds, 4),
         "complete": bool(result.complete),
-        "held_by": [{"path": h.path, "sampled": h.instances,
+        "held_by": [{"path": _bounded_path(h.path), "sampled": h.instances,
                      "instances": int(round(h.instances / found * base))} for h in held[:8]],
     }
+
+
+def _bounded_path(path) -> list:
+    """At most ``referrers.MAX_HOPS`` hops (cut in the middle) of at most
+    ``referrers.MAX_HOP_CHARS`` characters each."""
+    return [referrers.bound(hop) for hop in referrers._cut([str(hop) for hop in path])]

@@ -409,28 +409,40 @@ def _as_census(objects) -> Census:
 def type_name(kind: type) -> str:
     """Qualified name of a type, e.g. ``builtins.dict``; ``?`` for parts a
     hostile class does not give as plain strings."""
+    # Read from type's own slots (a metaclass's properties never run), and
+    # a str subclass may override formatting: take a plain copy.
     try:
-        module = kind.__module__
-        # A str subclass may override formatting: take a plain copy.
-        module = str.__str__(module) if isinstance(module, str) and module else "?"
+        module = _TYPE_MODULE.__get__(kind, type)
+        module = str.__str__(module) if issubclass(type(module), str) and module else "?"
     except Exception:
         module = "?"
     try:
-        qualname = kind.__qualname__
-        if not isinstance(qualname, str):
-            qualname = type.__getattribute__(kind, "__name__")
-        qualname = str.__str__(qualname) if isinstance(qualname, str) else "?"
+        qualname = _TYPE_QUALNAME.__get__(kind, type)
+        if not issubclass(type(qualname), str):
+            qualname = _TYPE_NAME.__get__(kind, type)
+        qualname = str.__str__(qualname) if issubclass(type(qualname), str) else "?"
     except Exception:
         qualname = "?"
     return module + "." + qualname
 
 
+_TYPE_MODULE, _TYPE_QUALNAME, _TYPE_NAME = (type.__dict__[name] for name in ("__module__", "__qualname__", "__name__"))
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
+
+
+_OWN_PREFIX = __name__.partition(".")[0] + "."
+
+
 def count_types(objects) -> dict[str, int]:
-    """Live count per qualified type name over ``objects`` (a list or Census)."""
+    """Live count per qualified type name over ``objects`` (a list or Census).
+    Types defined in tb-leak's own package are left out: they are the
+    monitor's, not the program's."""
     counts: dict[str, int] = {}
     # Merge by name: distinct classes may share one (classes made in a loop).
     for kind, count in _as_census(objects).by_type().items():
         name = type_name(kind)
+        if name.startswith(_OWN_PREFIX):
+            continue
         counts[name] = counts.get(name, 0) + count
     return counts
 
@@ -664,13 +676,23 @@ def _is_library(module) -> bool:
     return isinstance(module, str) and module.partition(".")[0] in _LIBRARY_PACKAGES
 
 
+_CONTAINER_IDS = frozenset(map(id, _CONTAINERS))
+_NOT_HOLDER_IDS = frozenset(map(id, _NOT_HOLDERS))
+_TYPE_FLAGS = type.__dict__["__flags__"]
+
+
 def _may_hold_arrays(kind: type) -> bool:
-    if kind in _CONTAINERS or issubclass(kind, (dict, list)):
+    # By identity and type's own slots: a metaclass's __eq__ or properties never run.
+    if id(kind) in _CONTAINER_IDS or issubclass(kind, (dict, list)):
         return True
-    if not getattr(kind, "__flags__", 0) & _HEAPTYPE or kind in _NOT_HOLDERS:
+    try:
+        flags = _TYPE_FLAGS.__get__(kind, type)
+    except Exception:
+        flags = 0
+    if not flags & _HEAPTYPE or id(kind) in _NOT_HOLDER_IDS:
         return False
     try:
-        return not _is_library(kind.__module__)
+        return not _is_library(_TYPE_MODULE.__get__(kind, type))
     except Exception:
         return True
 
@@ -689,7 +711,8 @@ def _library_globals() -> frozenset:
     for name, module in list(modules.items()):
         if module is not None and _is_library(name):
             try:
-                namespace = object.__getattribute__(module, "__dict__")  # no lazy-module hooks
+                # The module's own slot: no lazy-module hook or property runs.
+                namespace = _MODULE_DICT.__get__(module, types.ModuleType)
             except Exception:
                 continue
             ids.add(id(namespace))
@@ -772,7 +795,7 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
         base = array.base
         if base is None:
             total_bytes += array.nbytes
-        elif not isinstance(base, ndarray):
+        elif not issubclass(type(base), ndarray):
             foreign[id(base)] = max(foreign.get(id(base), 0), array.nbytes)
     return count, total_bytes + sum(foreign.values())
 

@@ -18,6 +18,25 @@ returns it holds nothing (every container it made is dropped, and a frame's
 locals snapshot that reading a frame's variables creates is cleared again on
 CPython before 3.13, where it would otherwise keep the frame's old values
 alive). It never changes what the program keeps alive and never raises.
+
+It never runs the program's code either, so its time cap holds whatever the
+heap holds: types are read with ``type(obj)`` and the type's own C slots
+(never ``obj.__class__``, a metaclass's properties, ``isinstance`` on an
+object whose ``__class__`` may be a property), containers are read with the
+base type's C methods (``dict.items(d)``, never an override), types are
+compared by identity (never ``==``), and the deadline is checked inside every
+loop over the heap.
+
+Local variables of running frames are read from the calling thread only
+(before Python 3.13): reading ``frame.f_locals`` syncs a snapshot dict, and a
+thread running under a trace or profile function (a debugger, a coverage
+tool) copies that dict back into its fast locals when its trace function
+returns (``PyFrame_LocalsToFast``); a snapshot read, or cleared, by another
+thread in between would change, or unbind, that thread's variables. The
+calling thread's snapshots are only cleared again when it has no trace or
+profile function. An object that only another thread's running function
+holds in a local is not named on those versions. From 3.13 on, ``f_locals``
+is a read-only-safe proxy and every thread's locals are read.
 """
 
 from __future__ import annotations
@@ -25,6 +44,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import gc
+import itertools
 import os
 import sys
 import time
@@ -39,9 +59,88 @@ MAX_FRONTIER = 96
 MAX_DEPTH = 24
 # Entries of one dict or attributes of one object looked at to name a hop.
 _MAX_SCAN = 200_000
+# Longest text of one hop in a path (a module or key name may be megabytes).
+MAX_HOP_CHARS = 300
+# Holders looked at between two checks of the deadline.
+_CHECK_EVERY = 64
 
 _PACKAGE = __name__.partition(".")[0]
 _SNAPSHOT_LOCALS = sys.version_info < (3, 13)  # f_locals is a cached dict, not a proxy
+
+# The type's own C slots, read without a metaclass's overrides.
+_TYPE_SLOTS = {name: type.__dict__[name] for name in ("__module__", "__qualname__", "__name__", "__mro__", "__dict__")}
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
+_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+def _type_attr(kind, name):
+    """``kind.<name>`` from ``type``'s own slot (no metaclass property runs); None on failure."""
+    try:
+        return _TYPE_SLOTS[name].__get__(kind, type)
+    except Exception:
+        return None
+
+
+def _plain(text):
+    """A plain ``str`` copy of ``text`` when it is a string (no override runs), else None."""
+    return str.__str__(text) if issubclass(type(text), str) else None
+
+
+def bound(text: str, limit: int = MAX_HOP_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis."""
+    text = _plain(text) or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def is_own_type(kind) -> bool:
+    """Whether ``kind`` is defined in tb-leak's own package."""
+    module = _plain(_type_attr(kind, "__module__"))
+    return module is not None and (module == _PACKAGE or module.startswith(_PACKAGE + "."))
+
+
+def module_namespace(module):
+    """A module's namespace dict, or None (read from ``module``'s own slot:
+    no property of a module subclass, nor of a non-module in sys.modules, runs)."""
+    if not issubclass(type(module), types.ModuleType):
+        return None
+    try:
+        namespace = _MODULE_DICT.__get__(module, types.ModuleType)
+    except Exception:
+        return None
+    return namespace if type(namespace) is dict else None
+
+
+def modules() -> list:
+    """``(name, module)`` of ``sys.modules``, read with dict's own methods."""
+    table = sys.modules
+    try:
+        return list(dict.items(table)) if issubclass(type(table), dict) else []
+    except Exception:
+        return []
+
+
+def _instance_dict(obj):
+    """An instance's ``__dict__`` through the type machinery's own descriptor
+    (None where a class defines ``__dict__`` itself, or there is none)."""
+    mro = _type_attr(type(obj), "__mro__")
+    if type(mro) is not tuple:
+        return None
+    for kind in mro:
+        namespace = _type_attr(kind, "__dict__")
+        try:
+            desc = namespace.get("__dict__") if namespace is not None else None
+        except Exception:
+            return None
+        if desc is None:
+            continue
+        if type(desc) is not types.GetSetDescriptorType:
+            return None
+        try:
+            found = desc.__get__(obj, type(obj))
+        except Exception:
+            return None
+        return found if issubclass(type(found), dict) else None  # (read with dict's own methods)
+    return None
 
 
 @dataclasses.dataclass
@@ -76,34 +175,31 @@ class TraceResult:
 
 
 def _short(text: str, limit: int = 48) -> str:
-    text = str.__str__(text) if isinstance(text, str) else "?"
+    text = _plain(text)
+    if text is None:
+        return "?"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _type_name(kind) -> str:
+    return _short(_type_attr(kind, "__qualname__"))
+
+
 def _type_label(obj) -> str:
-    kind = type(obj)
-    try:
-        module = kind.__module__
-        name = kind.__qualname__
-    except Exception:
-        return "?"
-    if not isinstance(name, str):
-        return "?"
-    if module in ("builtins", None) or not isinstance(module, str):
-        return _short(name)
-    return _short(name)
+    return _type_name(type(obj))
 
 
 def _key_label(key) -> str:
     """A dict key as shown in a path: strings as they are, other keys by type
     (a dict keyed by step is one path, whatever the step)."""
-    if isinstance(key, str):
+    if issubclass(type(key), str):
         return repr(_short(key, 40))
-    return _short(type(key).__name__)
+    return _short(_type_attr(type(key), "__name__"))
 
 
 _CO_OPTIMIZED = 0x1  # a function's frame: its locals live in the frame, not in a dict
 _ATOMIC = (type(None), bool, int, float, complex, str, bytes)
+_ATOMIC_IDS = frozenset(map(id, _ATOMIC))  # compared by identity: a metaclass's __eq__ never runs
 
 
 class _Roots:
@@ -114,40 +210,48 @@ class _Roots:
 
     def __init__(self):
         self.module_dicts: dict[int, str] = {}
-        for name, module in list(sys.modules.items()):
-            try:
-                namespace = object.__getattribute__(module, "__dict__")
-            except Exception:
-                continue
-            if type(namespace) is dict:
-                self.module_dicts.setdefault(id(namespace), str(name))
+        for name, module in modules():
+            namespace = module_namespace(module)
+            if namespace is not None:
+                self.module_dicts.setdefault(id(namespace), _plain(name) or "?")
         # id(value) -> (label of the local variable, value), for every
         # running function's locals (innermost frames first).
         self.locals: dict[int, tuple[str, object]] = {}
-        try:
-            current = list(sys._current_frames().values())
-        except Exception:
-            current = []
-        for frame in current:
+        for frame, clear in _running_frames():
             while frame is not None:
                 if not _is_own_frame(frame) and frame.f_code.co_flags & _CO_OPTIMIZED:
                     what, where = _frame_place(frame)
-                    for name, value in _read_locals(frame):
-                        if type(value) not in _ATOMIC:
+                    for name, value in _read_locals(frame, clear):
+                        if id(type(value)) not in _ATOMIC_IDS:
                             self.locals.setdefault(id(value), (f"{what} `{name}` ({where})", value))
                 frame = frame.f_back
-        current = None
 
     def release(self):
         self.locals.clear()
 
 
+def _running_frames() -> list:
+    """``(innermost frame, whether its snapshots may be cleared)`` of the
+    threads whose locals are read: before 3.13 the calling thread's only, and
+    cleared only when it has no trace or profile function (see the module's
+    docstring); from 3.13 on every thread's (a proxy: nothing to clear)."""
+    if not _SNAPSHOT_LOCALS:
+        try:
+            return [(frame, False) for frame in sys._current_frames().values()]
+        except Exception:
+            return []
+    traced = sys.gettrace() is not None or sys.getprofile() is not None
+    return [(sys._getframe(0), not traced)]
+
+
 def _is_own_frame(frame) -> bool:
     try:
-        name = frame.f_globals.get("__name__", "")
+        namespace = frame.f_globals
+        name = dict.get(namespace, "__name__", "") if issubclass(type(namespace), dict) else ""
     except Exception:
         return False
-    return isinstance(name, str) and (name == _PACKAGE or name.startswith(_PACKAGE + "."))
+    name = _plain(name)
+    return name is not None and (name == _PACKAGE or name.startswith(_PACKAGE + "."))
 
 
 def _frame_place(frame) -> tuple[str, str]:
@@ -159,7 +263,7 @@ def _frame_place(frame) -> tuple[str, str]:
     return f"{_short(code.co_name)}() local", where
 
 
-def _read_locals(frame) -> list:
+def _read_locals(frame, clear: bool = True) -> list:
     """``(name, value)`` of a function frame's local variables, leaving no
     reference behind: on CPython before 3.13, ``f_locals`` of a function
     frame is a snapshot dict cached on the frame, which would hold the values
@@ -171,12 +275,14 @@ def _read_locals(frame) -> list:
     except Exception:
         return []
     try:
-        return [(str(name), value) for name, value in list(snapshot.items())[:_MAX_SCAN]]
+        if type(snapshot) is not dict:
+            return []
+        return [(_plain(name) or "?", value) for name, value in itertools.islice(dict.items(snapshot), _MAX_SCAN)]
     except Exception:
         return []
     finally:
         # References: the frame's, `snapshot`, getrefcount's argument.
-        if _SNAPSHOT_LOCALS and type(snapshot) is dict and frame.f_code.co_flags & _CO_OPTIMIZED \
+        if clear and _SNAPSHOT_LOCALS and type(snapshot) is dict and frame.f_code.co_flags & _CO_OPTIMIZED \
                 and sys.getrefcount(snapshot) <= 3:
             snapshot.clear()
         snapshot = None
@@ -190,78 +296,159 @@ def _frame_local_name(frame, child) -> str | None:
     return None
 
 
-def _instance_attribute(holder, child) -> str | None:
-    try:
-        namespace = object.__getattribute__(holder, "__dict__")
-    except Exception:
-        namespace = None
-    if isinstance(namespace, dict):
-        for name, value in list(namespace.items())[:_MAX_SCAN]:
-            if value is child:
-                return _short(str(name)) if isinstance(name, str) else None
-    for kind in type(holder).__mro__:
-        slots = kind.__dict__.get("__slots__", ())
-        if isinstance(slots, str):
-            slots = (slots,)
-        for slot in slots if isinstance(slots, (tuple, list)) else ():
+_FOUND_KEY = object()  # the child is a key of the mapping, not a value
+_ROOT = "root"  # a module namespace or class holds the node: named once the chains are known
+
+
+class _Namer:
+    """Names the hops of the chains found: each container is read once, in
+    one pass from its newest entry back (a leak's newest instances are found
+    first), for all the children it must name, bounded by ``_MAX_SCAN``
+    entries and the trace's deadline; it keeps ids and labels, never the
+    program's objects."""
+
+    def __init__(self, roots, deadline: float):
+        self.roots = roots
+        self.deadline = deadline
+        self.wanted: dict[int, set] = {}      # id(holder) -> ids of the children to name
+        self._found: dict[int, tuple] = {}    # id(mapping) -> ({id(child): label}, fallback)
+
+    def want(self, holder, child) -> None:
+        self.wanted.setdefault(id(holder), set()).add(id(child))
+
+    def key(self, mapping, child, owner=None):
+        """(label of ``child``'s key in ``mapping``, found): the key as shown
+        in a path, ``_FOUND_KEY`` when ``child`` is a key; when not found
+        within the bounds, the type of the keys seen (``int``) or ``?``."""
+        entry = self._found.get(id(mapping))
+        if entry is None or id(child) not in entry[2]:
+            # Every child asked for through the mapping or through its owner
+            # (an instance and its __dict__) is looked for in the same pass.
+            wanted = self.wanted.get(id(mapping), set()) | {id(child)}
+            if owner is not None:
+                wanted |= self.wanted.get(id(owner), set())
+            if entry is not None:
+                wanted |= entry[2]
+            entry = self._found[id(mapping)] = self._scan(mapping, wanted) + (wanted,)
+        labels, fallback, _wanted = entry
+        if id(child) in labels:
+            return labels[id(child)], True
+        return fallback, False
+
+    def _scan(self, mapping, wanted: set) -> tuple:
+        labels: dict = {}
+        kinds: dict = {}
+        try:
+            if issubclass(type(mapping), dict):
+                items = dict.items(mapping)
+            elif type(mapping) is types.MappingProxyType:
+                items = mapping.items()  # a class's namespace: a plain dict underneath
+            else:
+                return labels, "?"
             try:
-                if isinstance(slot, str) and object.__getattribute__(holder, slot) is child:
-                    return _short(slot)
+                entries = reversed(items)
+            except TypeError:
+                entries = iter(items)
+            count = 0
+            for key, value in entries:
+                count += 1
+                if len(kinds) < 2:
+                    kinds.setdefault(id(type(key)), type(key))
+                if id(value) in wanted and id(value) not in labels:
+                    labels[id(value)] = _key_label(key)
+                elif id(key) in wanted and id(key) not in labels:
+                    labels[id(key)] = _FOUND_KEY
+                if len(labels) >= len(wanted):
+                    break
+                if count % 1024 == 0 and (count >= _MAX_SCAN or time.perf_counter() > self.deadline):
+                    break
+        except Exception:
+            pass  # changed by another thread while read: what was found stands
+        fallback = "?"
+        if len(kinds) == 1:
+            fallback = _short(_type_attr(next(iter(kinds.values())), "__name__"))
+        kinds.clear()
+        return labels, fallback
+
+
+def _attribute_name(label) -> str | None:
+    if isinstance(label, str) and label.startswith("'"):
+        return label[1:-1]
+    return None
+
+
+def _instance_attribute(holder, child, namer) -> str | None:
+    namespace = _instance_dict(holder)
+    if namespace is not None:
+        label, found = namer.key(namespace, child, holder)
+        name = _attribute_name(label) if found else None
+        if name is not None:
+            return name
+    mro = _type_attr(type(holder), "__mro__")
+    for kind in mro if type(mro) is tuple else ():
+        namespace = _type_attr(kind, "__dict__")
+        try:
+            members = [d for d in itertools.islice(namespace.values(), 4096)
+                       if type(d) is types.MemberDescriptorType] if namespace is not None else []
+        except Exception:
+            continue
+        for member in members:
+            try:
+                if member.__get__(holder, type(holder)) is child:
+                    return _short(member.__name__)
             except Exception:
                 continue
     return None
 
 
-def _dict_key(mapping: dict, child) -> str | None:
-    for key, value in list(mapping.items())[:_MAX_SCAN]:
-        if value is child:
-            return _key_label(key)
-        if key is child:
-            return "key"
-    return None
+_SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 
 
-def _hop(holder, child, roots: _Roots) -> tuple[str, bool]:
+def _hop(holder, child, namer) -> tuple[str, bool]:
     """(label of the hop from ``holder`` to ``child``, whether ``holder`` is a root)."""
+    roots = namer.roots
     holder_id = id(holder)
+    kind = type(holder)
     if holder_id in roots.module_dicts:
-        key = _dict_key(holder, child)
+        label, found = namer.key(holder, child)
         module = roots.module_dicts[holder_id]
-        name = key[1:-1] if key and key.startswith("'") else (key or "?")
-        return f"global `{module}.{name}`", True
-    if type(holder) is types.FrameType:
+        name = (_attribute_name(label) or label) if found and label is not _FOUND_KEY else "?"
+        return f"global `{_short(module, 120)}.{name}`", True
+    if kind is types.FrameType:
         # A frame the collector lists is not running: a traceback's, or a
         # suspended generator's, keeping its locals alive.
         what, where = _frame_place(holder)
         name = _frame_local_name(holder, child)
         return f"frame of finished {what} `{name or '?'}` ({where})", False
-    if isinstance(holder, type):
-        key = None
-        try:
-            key = _dict_key(holder.__dict__, child)
-        except Exception:
-            pass
-        if key is None:
+    if issubclass(kind, type):
+        qualname = _type_name(holder)
+        namespace = _type_attr(holder, "__dict__")
+        label, found = namer.key(namespace, child, holder) if namespace is not None else (None, False)
+        name = _attribute_name(label) if found else None
+        if name is None:
             # The class's own namespace dict, or something only the type's C
             # slots hold: no attribute to name.
-            return f"namespace of class `{_short(getattr(holder, '__qualname__', '?'))}`", True
-        name = key[1:-1] if key.startswith("'") else key
-        return f"class attribute `{_short(getattr(holder, '__qualname__', '?'))}.{name}`", True
-    kind = type(holder)
+            return f"namespace of class `{qualname}`", True
+        return f"class attribute `{qualname}.{name}`", True
     if kind is dict:
-        key = _dict_key(holder, child)
-        return f"dict[{key}]" if key and key != "key" else "dict (key)", False
-    if kind in (list, tuple, set, frozenset, collections.deque):
-        return kind.__name__, False
+        label, found = namer.key(holder, child)
+        if found and label is _FOUND_KEY:
+            return "dict (key)", False
+        return f"dict[{label}]", False
+    for sequence in _SEQUENCES:
+        if kind is sequence:
+            return sequence.__name__, False
     if kind is types.CellType:
         return "cell", False
     if kind is types.FunctionType:
         return f"function `{_short(holder.__qualname__)}`", False
-    if isinstance(holder, (types.GeneratorType, types.CoroutineType)):
-        frame = getattr(holder, "gi_frame", None) or getattr(holder, "cr_frame", None)
+    if kind is types.GeneratorType or kind is types.CoroutineType:
+        running = holder.gi_running if kind is types.GeneratorType else holder.cr_running
+        # A running generator's frame is another thread's (or ours): not read.
+        frame = None if running else (holder.gi_frame if kind is types.GeneratorType else holder.cr_frame)
         name = _frame_local_name(frame, child) if frame is not None else None
         return f"generator `{_short(holder.__qualname__)}` local `{name or '?'}`", False
-    attribute = _instance_attribute(holder, child)
+    attribute = _instance_attribute(holder, child, namer)
     label = _type_label(holder)
     return (f"{label}.{attribute}" if attribute else label), False
 
@@ -294,17 +481,14 @@ def _collapse(hops: list[str], nodes: list) -> list[str]:
 
 
 def _owns_dict(owner, mapping) -> bool:
-    try:
-        return object.__getattribute__(owner, "__dict__") is mapping
-    except Exception:
-        return False
+    return _instance_dict(owner) is mapping
 
 
 def _closure_name(function, cell) -> str | None:
     try:
         for name, item in zip(function.__code__.co_freevars, function.__closure__ or ()):
             if item is cell:
-                return name
+                return _plain(name)
     except Exception:
         pass
     return None
@@ -316,7 +500,9 @@ def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_d
     ``exclude``: objects never counted as holders (the caller's own lists).
     ``suffixes``: optional per-target hops appended after the target (when a
     target is the tracked holder of an untracked object, e.g. ``tuple``).
-    Never raises; returns what it found within ``time_cap_s``.
+    Objects of tb-leak's own types are never holders. Never raises; returns
+    what it found within ``time_cap_s`` (the search takes up to 80% of it,
+    naming the hops the rest).
     """
     started = time.perf_counter()
     try:
@@ -326,6 +512,8 @@ def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_d
 
 
 def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceResult:
+    search_deadline = started + 0.8 * time_cap_s
+    deadline = started + time_cap_s
     roots = _Roots()
     # Everything this function creates that refers to the objects followed
     # is never a holder.
@@ -334,13 +522,16 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
     nodes: dict[int, object] = {}
     parent: dict[int, list] = {}   # id(child) -> ids of its holders, in the order found
     rooted: dict[int, str] = {}    # id(node) -> label of the root holding it
-    own.update((id(nodes), id(parent), id(rooted), id(roots.locals)))
+    own_kinds: dict[int, bool] = {}  # id(type) -> whether tb-leak defines it
+    root_holders: dict[int, object] = {}  # id(node) -> the module namespace or class holding it
+    own.update((id(nodes), id(parent), id(rooted), id(roots.locals), id(root_holders)))
     for target in targets:
         nodes[id(target)] = target
     target_ids = list(nodes)
     frontier = list(nodes.values())
     complete = True
     levels = 0
+    namer = _Namer(roots, deadline)
     try:
         while frontier:
             # A running function's local variable is the shortest root.
@@ -351,7 +542,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
             frontier = [x for x in frontier if id(x) not in rooted]
             if not frontier or all(_root_of(t, parent, rooted) is not None for t in target_ids):
                 break
-            if levels >= max_depth or time.perf_counter() - started > time_cap_s:
+            if levels >= max_depth or time.perf_counter() > search_deadline:
                 complete = False
                 break
             levels += 1
@@ -361,53 +552,79 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
             own.add(id(args))
             referrers = gc.get_referrers(*args)
             own.add(id(referrers))
-            # Roots first: an object both a root and a container hold gets
-            # the root (the shorter path).
-            referrers.sort(key=lambda r: not (id(r) in roots.module_dicts or isinstance(r, type)))
             next_frontier = []
             own.add(id(next_frontier))
-            for holder in referrers:
-                holder_id = id(holder)
-                if holder_id in own or holder_id in wanted:
-                    continue
-                if type(holder) is types.FrameType and _is_own_frame(holder):
-                    continue
-                children = [c for c in gc.get_referents(holder) if id(c) in wanted and id(c) not in rooted]
-                if not children:
-                    continue
-                is_root = holder_id in roots.module_dicts or isinstance(holder, type)
-                for child in children:
-                    if is_root:
-                        rooted[id(child)] = _hop(holder, child, roots)[0]
-                    else:
-                        # Every holder is followed (the first may lead nowhere,
-                        # e.g. a cell of a finished closure); the shortest wins.
-                        holders_of = parent.setdefault(id(child), [])
-                        if len(holders_of) < 8 and holder_id not in holders_of:
-                            holders_of.append(holder_id)
-                children = None
-                if not is_root and holder_id not in nodes:
-                    nodes[holder_id] = holder
-                    if len(next_frontier) < MAX_FRONTIER:
+            cut = False
+            # Roots first (module namespaces, classes): an object both a root
+            # and a container hold gets the root (the shorter path).
+            for roots_pass in (True, False):
+                for index, holder in enumerate(referrers):
+                    if index % _CHECK_EVERY == 0 and time.perf_counter() > search_deadline:
+                        cut = True
+                        break
+                    holder_id = id(holder)
+                    if holder_id in own or holder_id in wanted:
+                        continue
+                    kind = type(holder)
+                    is_root = holder_id in roots.module_dicts or issubclass(kind, type)
+                    if is_root is not roots_pass:
+                        continue
+                    if not _may_hold(holder, kind, is_root, nodes, own_kinds):
+                        continue
+                    try:
+                        children = [c for c in gc.get_referents(holder) if id(c) in wanted and id(c) not in rooted]
+                    except Exception:
+                        continue
+                    if not children:
+                        continue
+                    for child in children:
+                        if is_root:
+                            rooted[id(child)] = _ROOT  # named once the chains are known
+                            root_holders[id(child)] = holder
+                        else:
+                            # Every holder is followed (the first may lead nowhere,
+                            # e.g. a cell of a finished closure); the shortest wins.
+                            holders_of = parent.setdefault(id(child), [])
+                            if len(holders_of) < 8 and holder_id not in holders_of:
+                                holders_of.append(holder_id)
+                    children = None
+                    if not is_root and holder_id not in nodes:
+                        nodes[holder_id] = holder
                         next_frontier.append(holder)
-                    else:
-                        complete = False
-            referrers = args = None
+                        if len(next_frontier) >= MAX_FRONTIER:
+                            # More holders of this level would never be followed.
+                            complete = False
+                            break
+                if cut:
+                    break
+            referrers = args = holder = None
             frontier = next_frontier
             next_frontier = None
+            if cut:
+                complete = False
+                break
         groups: dict[tuple, int] = {}
         own_paths: set = set()
         found = 0
+        chains = []
         for index, target_id in enumerate(target_ids):
             chain = _chain(target_id, parent, rooted)
-            if chain is None:
-                continue
+            if chain is not None:
+                chains.append((index, chain))
+                ids = chain[1]
+                for holder_id, child_id in zip(ids, ids[1:]):
+                    namer.want(nodes[holder_id], nodes[child_id])
+                if chain[0] is _ROOT:
+                    namer.want(root_holders[ids[0]], nodes[ids[0]])
+        for index, (root_label, ids) in chains:
+            if root_label is _ROOT:
+                # A module namespace or a class holds the chain's first object.
+                root_label = _hop(root_holders[ids[0]], nodes[ids[0]], namer)[0]
             found += 1
-            root_label, ids = chain
             chain_nodes = [nodes[i] for i in ids]
             ours = any(_is_own_object(node) for node in chain_nodes[:-1]) or root_label.startswith(
                 ("global `" + _PACKAGE + ".", "global `" + _PACKAGE + "`"))
-            hops = [_hop(chain_nodes[i], chain_nodes[i + 1], roots)[0] for i in range(len(chain_nodes) - 1)]
+            hops = [_hop(chain_nodes[i], chain_nodes[i + 1], namer)[0] for i in range(len(chain_nodes) - 1)]
             path = [root_label] + _collapse(hops, chain_nodes[:-1])
             if root_label.startswith("namespace of class `") and len(path) > 1 and path[1].startswith("dict['"):
                 # type -> its namespace dict -> value: one class attribute.
@@ -416,7 +633,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
             chain_nodes = None
             if suffixes is not None and suffixes[index]:
                 path = path + list(suffixes[index])
-            signature = tuple(_cut(path))
+            signature = tuple(bound(hop) for hop in _cut(path))
             groups[signature] = groups.get(signature, 0) + 1
             if ours:
                 own_paths.add(signature)
@@ -428,16 +645,32 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
                            frozenset(own_paths))
     finally:
         nodes.clear()
+        root_holders.clear()
         roots.release()
         frontier = None
 
 
+def _may_hold(holder, kind, is_root, nodes, own_kinds) -> bool:
+    """Whether ``holder`` may be named as a holder: not a frame or an object
+    of tb-leak's own, not a traced class rooting itself, not a class's own
+    ``__dict__`` / ``__weakref__`` descriptor pointing back at its class."""
+    if is_root and id(holder) in nodes:
+        return False  # a class being traced is not its own root
+    if kind is types.FrameType:
+        return not _is_own_frame(holder)
+    if kind is types.GetSetDescriptorType or kind is types.MemberDescriptorType:
+        try:
+            return id(holder.__objclass__) not in nodes
+        except Exception:
+            return False
+    own = own_kinds.get(id(kind))
+    if own is None:
+        own = own_kinds[id(kind)] = is_own_type(kind)
+    return not own
+
+
 def _is_own_object(obj) -> bool:
-    try:
-        module = type(obj).__module__
-    except Exception:
-        return False
-    return isinstance(module, str) and (module == _PACKAGE or module.startswith(_PACKAGE + "."))
+    return is_own_type(type(obj))
 
 
 def _root_of(target_id, parent, rooted):

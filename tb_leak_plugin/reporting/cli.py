@@ -27,7 +27,7 @@ import traceback
 
 from tb_leak_plugin import __version__
 from tb_leak_plugin.reporting import jobs_text
-from tb_leak_plugin.units import format_bytes, format_duration
+from tb_leak_plugin.units import format_bytes, format_duration, printable  # noqa: F401 (printable: re-exported)
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -37,14 +37,6 @@ EXIT_STATUS_HELP = """exit status:
      stderr counts the leaks, a distributed job once however many tasks leak
   2  bad usage, or the logdir cannot be read
   3  internal error in tb-leak (please report it)"""
-
-# Characters that a terminal or a renderer would act on rather than show:
-# C0 controls (ESC, CR, LF, TAB, BS...), DEL, C1 controls (CSI, OSC, NEL),
-# Unicode line/paragraph separators, bidirectional marks, overrides and
-# isolates, and lone surrogates (bytes of a non-UTF-8 file name, kept by
-# Python's surrogateescape).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                          "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 VERDICT_LABEL = {"leak": "LEAK", "no_leak": "no leak", "inconclusive": "inconclusive"}
 
@@ -74,25 +66,6 @@ def _ci_text(series: dict) -> str:
         return "-"
     unit = series["unit"]
     return f"{human_amount(ci[0], unit, True)} .. {human_amount(ci[1], unit, True)}"
-
-
-def _escape_char(match: re.Match) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the undecodable byte itself
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text) -> str:
-    """``text`` safe to print on a terminal: one line, nothing a terminal acts on.
-
-    Control characters, separators, bidirectional overrides and lone
-    surrogates become visible ``\\xNN`` / ``\\uNNNN`` escapes (a surrogate
-    from a non-UTF-8 file name shows the original byte), so a name can neither
-    forge report lines nor drive the terminal, and the result always encodes
-    as UTF-8. Idempotent.
-    """
-    return _UNPRINTABLE.sub(_escape_char, str(text))
 
 
 def trace_lines(culprit: dict) -> list[str]:
