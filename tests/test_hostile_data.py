@@ -302,6 +302,11 @@ def test_missing_tasks_are_summarized_as_a_count():
            "top_culprit": None, "task": identity(counts={"chief": 1, "worker": 3})}
     [job] = jobs.group_jobs([row])
     assert job["missing"] == ["chief-0", "worker-1", "worker-2"] and job["missing_count"] == 3
-    row["task"] = identity(counts={"worker": 10**12})  # forged beyond what the writer allows
+    row["task"] = identity(counts={"worker": 10**12})  # forged beyond what the writer allows: clamped
     [job] = jobs.group_jobs([row])
-    assert job["missing_count"] == 10**12 - 1 and len(job["missing"]) == jobs.MAX_MISSING_LISTED
+    assert job["missing_count"] == 2**31 - 2 and len(job["missing"]) == jobs.MAX_MISSING_LISTED
+    from tb_leak_plugin.reporting import jobs_text
+
+    text = "\n".join(jobs_text.job_lines(job))
+    assert "no run from: worker-1, worker-2" in text and f"and {2**31 - 2 - 20:,} more" in text
+    assert len(text) < 2000
