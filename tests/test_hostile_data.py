@@ -310,3 +310,81 @@ def test_missing_tasks_are_summarized_as_a_count():
     text = "\n".join(jobs_text.job_lines(job))
     assert "no run from: worker-1, worker-2" in text and f"and {2**31 - 2 - 20:,} more" in text
     assert len(text) < 2000
+
+
+# ------------------------------------------------ 13: remote backlog drops
+
+
+def test_a_series_whose_first_point_was_dropped_stays_readable(monkeypatch):
+    """The store hangs until the backlog is full, and a new series starts
+    then: its first point (the one carrying its metadata) is dropped. Its
+    later points carry the metadata again, so the series is read whole from
+    the moment the store is back. Without a server: fsspec's in-memory
+    filesystem, through TensorBoard's gfile, refuses puts while "down"."""
+    from tb_leak_plugin.eventfile import writer as writer_lib
+
+    monkeypatch.setattr(writer_lib, "MAX_PENDING_BYTES", 4096)
+    logdir = f"memory://tbleak/hostile-{os.getpid()}-{time.monotonic_ns()}"
+    late = SeriesInfo("objects", "live_count", "count", "mymod.LateLeak")
+    writer = EventWriter(logdir + "/run", flush_secs=1e9)
+    segments = writer.record_writer
+    put = segments._fs.write
+
+    def refuse(*args, **kwargs):
+        raise OSError("store hangs")
+
+    for step in range(300):
+        if step == 10:
+            segments._fs.write = refuse
+        if step == 200:
+            segments._fs.write = put
+            writer.flush()
+        sample = [(RSS, 1e6 + step)]
+        if step >= 150:
+            sample.append((late, 10.0 + step))
+        if step == 150:
+            assert segments.dropped_records > 0, "the backlog is full when the new series starts"
+            dropped = segments.dropped_records
+        writer.write(step, sample, wall_time=1.7e9 + step)
+        if step == 150:
+            assert segments.dropped_records > dropped, "its first point was dropped"
+        if step < 10 or step > 200:
+            writer.flush()
+    writer.close()
+    data = reader.load_logdir(logdir)
+    (run,) = data.runs
+    assert late.tag in run.series, (sorted(run.series), run.warnings)
+    steps = run.series[late.tag].steps.tolist()
+    assert steps[-100:] == list(range(200, 300)), steps
+    assert run.series[RSS.tag].steps.tolist()[-100:] == list(range(200, 300))
+
+
+def test_event_writer_resends_metadata_after_any_dropped_record():
+    """The unit behind it: a record writer that drops (a full backlog) makes
+    the next point of each series of the dropped record carry metadata."""
+    from tensorboard.compat.proto import event_pb2
+
+    class Dropping:
+        generation = 1
+
+        def __init__(self):
+            self.dropped_records = 0
+            self.kept = []
+            self.full = False
+
+        def add_event(self, event):
+            if self.full:
+                self.dropped_records += 1
+                return
+            self.kept.append(event_pb2.Event.FromString(event.SerializeToString()))
+
+    writer = EventWriter.__new__(EventWriter)
+    writer.logdir, writer._writer, writer._generation, writer._prefixes = "x", Dropping(), 1, {}
+    writer.write(0, [(RSS, 1.0)])
+    writer._writer.full = True
+    writer.write(1, [(RSS, 2.0), (TRACKED, 5.0)])  # TRACKED's metadata is lost with it
+    writer._writer.full = False
+    writer.write(2, [(RSS, 3.0), (TRACKED, 6.0)])
+    writer.write(3, [(RSS, 4.0), (TRACKED, 7.0)])
+    with_metadata = [[v.tag for v in e.summary.value if v.HasField("metadata")] for e in writer._writer.kept]
+    assert with_metadata == [[RSS.tag], [TRACKED.tag], []]
