@@ -388,3 +388,89 @@ def test_event_writer_resends_metadata_after_any_dropped_record():
     writer.write(3, [(RSS, 4.0), (TRACKED, 7.0)])
     with_metadata = [[v.tag for v in e.summary.value if v.HasField("metadata")] for e in writer._writer.kept]
     assert with_metadata == [[RSS.tag], [TRACKED.tag], []]
+
+
+# ------------------------------------------------ 15: bidirectional controls
+
+
+def bidi_job() -> dict:
+    from tb_leak_plugin.analysis import jobs
+
+    kind = "worker" + BIDI
+    counts = {kind: 3}
+    rows = [{"run": f"exp/w{i}\u202e", "verdict": "leak" if i else "no_leak", "growth_bytes_per_step": 5.0 * i,
+             "primary_tag": "leak/process/rss_bytes",
+             "top_culprit": {"kind": "object_type", "name": "evil\u202emod.Type"},
+             "task": identity(kind, i, counts) | {"host": "host\u2067x"}} for i in range(2)]
+    [job] = jobs.group_jobs(rows)
+    return job
+
+
+def test_cli_shows_bidi_controls_in_job_blocks_as_escapes():
+    job = bidi_job()
+    assert BIDI_RE.search(job["summary"])  # the data keeps them exactly (JSON escapes them itself)
+    report = {"logdir": "/l", "warnings": [], "runs": [], "jobs": [job], "groups": []}
+    for text in (cli.format_text(report), cli.format_markdown(report)):
+        assert not BIDI_RE.search(text), text
+        assert "\\u202e" in text and "\\u2069" in text and "\\u200f" in text
+
+
+def test_frontend_shows_bidi_controls_as_escapes(chromium):
+    """The Leak tab's own modules (views.js, jobs.js, chart.js) in headless
+    Chromium, served from the frontend folder: a job whose task types, runs,
+    hosts and culprit hold bidirectional controls renders them as visible
+    ``\\u202e`` escapes, in text, tooltips and chart labels."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    job = bidi_job()
+    origin = "http://tbleak.test"
+
+    def serve(route):
+        name = route.request.url[len(origin) + 1:].split("?")[0]
+        if name == "index.html":
+            return route.fulfill(status=200, content_type="text/html",
+                                 body="<!doctype html><meta charset='utf-8'><body></body>")
+        path = os.path.join(FRONTEND, os.path.basename(name))
+        if not name.endswith(".js") or not os.path.isfile(path):
+            return route.fulfill(status=404, body="")
+        with open(path, encoding="utf-8") as handle:
+            return route.fulfill(status=200, content_type="text/javascript", body=handle.read())
+
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=cp.CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.route(f"{origin}/**", serve)
+            page.goto(f"{origin}/index.html")
+            shown = page.evaluate("""async (job) => {
+                const format = await import("./format.js");
+                const views = await import("./views.js");
+                const jobs = await import("./jobs.js");
+                const chart = await import("./chart.js");
+                const list = jobs.jobList([job], { selected: job.job, onSelect: () => {} });
+                const built = jobs.jobPage(job, { x: "step", onSelectRun: () => {} });
+                const series = job.tasks.map((t, i) => ({ label: t.task, color: views.colorFor(i), verdict: t.verdict,
+                                                         x: [0, 1, 2], y: [1, 2, 3] }));
+                const host = document.createElement("div");
+                document.body.append(list, ...built.nodes, host);
+                chart.mountTimeline(host, { title: `job ${job.job}: ${job.tasks[1].task}`, tag: "t", unit: "bytes",
+                                            xMode: "step", band: false, series, height: 200 });
+                host.appendChild(views.legend(series));
+                const titles = [...document.querySelectorAll("[title]")].map((n) => n.getAttribute("title"));
+                const svgText = [...document.querySelectorAll("svg text, svg title")].map((n) => n.textContent);
+                return { text: document.body.innerText, content: document.body.textContent, titles, svgText,
+                         inert: format.inert && format.inert("a\\u202eb\\u2066c"),
+                         twice: format.inert && format.inert(format.inert("\\u202e")) };
+            }""", job)
+        finally:
+            browser.close()
+    assert not errors, errors
+    for name in ("text", "content"):
+        assert not BIDI_RE.search(shown[name]), shown[name]
+    assert shown["inert"] == "a\\u202eb\\u2066c" and shown["twice"] == "\\u202e"
+    assert "worker\\u202a\\u202b\\u202c\\u202d\\u202e\\u2066\\u2067\\u2068\\u2069\\u200e\\u200f-1" in shown["text"]
+    assert "evil\\u202emod.Type" in shown["text"] and "host\\u2067x" in shown["text"]
+    assert shown["titles"] and not any(BIDI_RE.search(title) for title in shown["titles"]), shown["titles"]
+    assert any("\\u202e" in text for text in shown["svgText"]), shown["svgText"]
+    assert not any(BIDI_RE.search(text) for text in shown["svgText"]), shown["svgText"]
