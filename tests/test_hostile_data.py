@@ -474,3 +474,9 @@ def test_frontend_shows_bidi_controls_as_escapes(chromium):
     assert shown["titles"] and not any(BIDI_RE.search(title) for title in shown["titles"]), shown["titles"]
     assert any("\\u202e" in text for text in shown["svgText"]), shown["svgText"]
     assert not any(BIDI_RE.search(text) for text in shown["svgText"]), shown["svgText"]
+
+
+def test_json_output_is_strict_whatever_the_report_holds():
+    report = {"runs": [{"growth": float("nan"), "ci": (float("inf"), -float("inf"), 1.5), "n": 3, "ok": True}]}
+    assert json.dumps(cli.json_safe(report), allow_nan=False) == \
+        '{"runs": [{"growth": null, "ci": [null, null, 1.5], "n": 3, "ok": true}]}'
