@@ -162,8 +162,8 @@ def parse_tf_config(raw: str) -> Task | None:
             raise ClusterConfigError(f"{ENV_VAR} cluster entry {_short(name)} must list addresses")
     if task_type in counts and isinstance(cluster[task_type], (list, tuple)) and index >= counts[task_type]:
         raise ClusterConfigError(
-            f"{ENV_VAR} task {_short(task_type)}-{index} is not in the cluster "
-            f"({counts[task_type]} {_short(task_type)} tasks)")
+            f"{ENV_VAR} task {_short(task_type)[1:-1]}-{index} is not in the cluster "
+            f"({counts[task_type]} {_short(task_type)[1:-1]} tasks)")
     if sum(counts.values()) + 1 > MAX_INDEX:
         raise ClusterConfigError(f"{ENV_VAR} cluster of {sum(counts.values())} tasks is out of range")
     return Task(task_type=task_type, task_index=index, task_counts=counts, cluster_id=cluster_fingerprint(cluster))
