@@ -1,7 +1,7 @@
 // SVG charts: timelines (with trend, interval band, warm-up and onset) and sparklines.
 // Every text that comes from the data goes in through text nodes only.
 
-import { byteScale, formatAmount, formatClock, formatDuration, formatStep } from "./format.js";
+import { byteScale, formatAmount, formatClock, formatDuration, formatStep, inert } from "./format.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const MARGIN = { top: 14, right: 18, bottom: 30, left: 70 };
@@ -14,14 +14,14 @@ function svg(name, attrs = {}, text) {
   for (const [key, value] of Object.entries(attrs)) {
     if (value !== undefined && value !== null) node.setAttribute(key, String(value));
   }
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = inert(text);
   return node;
 }
 
 function html(name, className, text) {
   const node = document.createElement(name);
   if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = inert(text);
   return node;
 }
 

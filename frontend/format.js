@@ -1,4 +1,16 @@
 // Number formatting shared by the views and charts: units are explicit.
+// Also `inert`, which every text from the data goes through before it is shown.
+
+// Bidirectional controls (marks, embeddings, overrides, isolates): in a name
+// from the data they would reorder the text around them (a task type ending
+// in U+202E shows the job's summary reversed). Shown as visible escapes.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/** `text` as a string with bidirectional controls shown as `\u202e`: it
+ *  reads as it is stored, whatever it holds. Idempotent. */
+export function inert(text) {
+  return String(text).replace(BIDI_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
 
 const BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 

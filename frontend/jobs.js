@@ -59,7 +59,11 @@ function taskTable(job, onSelectRun) {
  *  resolves to it (or null). */
 export function jobPage(job, { x, onSelectRun }) {
   const notes = [];
-  if (job.missing && job.missing.length) notes.push(`No run from ${job.missing.join(", ")} (not started, or no Monitor there).`);
+  if (job.missing && job.missing.length) {
+    const more = Number.isInteger(job.missing_count) ? job.missing_count - job.missing.length : 0;
+    const rest = more > 0 ? ` and ${more.toLocaleString("en-US")} more` : "";
+    notes.push(`No run from ${job.missing.join(", ")}${rest} (not started, or no Monitor there).`);
+  }
   if (job.duplicated && job.duplicated.length) notes.push(`Several runs claim ${job.duplicated.join(", ")}.`);
   const summary = h("section", { className: "card summary", testid: "job-summary", data: { verdict: job.verdict, pattern: job.pattern } },
     h("div", { className: "summary-head" },

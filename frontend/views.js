@@ -1,9 +1,10 @@
 // Pure DOM builders. Text from the data (run names, tags, types, ops, hints)
-// only ever goes in through textContent / text nodes, never as markup.
+// only ever goes in through textContent / text nodes, never as markup, and
+// through `inert` (bidirectional controls shown as escapes, never obeyed).
 
 import { sparkline, SERIES_COLORS } from "./chart.js";
 import {
-  formatAmount, formatBytes, formatCount, formatPercent, formatRate, formatStep, verdictLabel,
+  formatAmount, formatBytes, formatCount, formatPercent, formatRate, formatStep, inert, verdictLabel,
 } from "./format.js";
 
 /** Create an element: h("div", {className, testid, data: {...}, attrs: {...}, on: {...}}, ...children). */
@@ -12,14 +13,14 @@ export function h(tag, props = {}, ...children) {
   const { className, testid, data, attrs, on, text, title } = props;
   if (className) node.className = className;
   if (testid) node.setAttribute("data-testid", testid);
-  if (title) node.title = title;
+  if (title) node.title = inert(title);
   if (data) for (const [k, v] of Object.entries(data)) node.dataset[k] = String(v);
   if (attrs) for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : String(v));
   if (on) for (const [k, v] of Object.entries(on)) node.addEventListener(k, v);
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = inert(text);
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
-    node.appendChild(typeof child === "string" || typeof child === "number" ? document.createTextNode(String(child)) : child);
+    node.appendChild(typeof child === "string" || typeof child === "number" ? document.createTextNode(inert(child)) : child);
   }
   return node;
 }
@@ -29,7 +30,7 @@ export function richText(text, className) {
   const node = h("span", { className });
   String(text || "").split("`").forEach((part, index) => {
     if (!part) return;
-    node.appendChild(index % 2 ? h("code", { text: part }) : document.createTextNode(part));
+    node.appendChild(index % 2 ? h("code", { text: part }) : document.createTextNode(inert(part)));
   });
   return node;
 }

@@ -84,7 +84,18 @@ class EventWriter:
                 prefixes[info] = _value_prefix(info.tag)
         if known:
             event.summary.MergeFromString(known)
-        self._writer.add_event(event)
+        dropped = getattr(self._writer, "dropped_records", 0)
+        accepted = None
+        try:
+            accepted = self._writer.add_event(event)
+        finally:
+            lost = accepted is False or getattr(self._writer, "dropped_records", 0) != dropped
+            if fresh and lost:
+                # The record carrying these series' metadata was dropped (a
+                # full backlog while the store hangs): their next points carry
+                # it again, or every later point would be unreadable.
+                for info, _value in fresh:
+                    prefixes.pop(info, None)
 
     def flush(self) -> None:
         self._writer.flush()

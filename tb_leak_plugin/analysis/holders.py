@@ -22,6 +22,8 @@ holder are one leak: the first (highest ranked) keeps them in
 from __future__ import annotations
 
 import json
+import math
+import re
 
 from tb_leak_plugin.analysis.results import finite_or_none
 from tb_leak_plugin.metadata import HELD_BY_FORMAT
@@ -30,38 +32,140 @@ from tb_leak_plugin.metadata import HELD_BY_FORMAT
 MAX_PATHS = 5
 MAX_PATH_HOPS = 16
 
+# Bounds on what a trace may hold: it comes from a file, and what is read
+# reaches every report (JSON, text, markdown, the Leak tab). A trace beyond
+# them is skipped (too large, too deep) or cut (long texts, long lists).
+MAX_DETAIL_CHARS = 4 << 20      # the JSON text of one trace
+MAX_JSON_DEPTH = 20             # a trace nests 4 deep: {held_by: [{path: [...]}]}
+MAX_TEXT_CHARS = 300            # a path hop
+MAX_NAME_CHARS = 2000           # a culprit's kind and name (only matched, never shown)
+MAX_ENTRIES_READ = 64           # held-by entries read from one trace
+MAX_COUNT = 2**63 - 1           # instances, steps and counts
+_INT_FIELDS = ("step", "live", "new", "new_since_step", "traced", "found")
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
+
 
 def read_traces(series_list, warnings: list | None = None) -> dict[str, dict]:
-    """culprit key (``kind:name``) -> the latest valid trace among ``held_by`` series."""
+    """culprit key (``kind:name``) -> the latest valid trace among ``held_by`` series.
+
+    Each trace is read defensively: a trace that is too large, nested too
+    deep or not the known format is skipped with a warning; numbers that are
+    not finite (``NaN``, ``Infinity``) or out of range are read as absent;
+    long texts and lists are cut (see the bounds above). What is returned
+    holds only the known fields, checked."""
     latest: dict[str, tuple[int, dict]] = {}
     for series in series_list:
-        try:
-            trace = json.loads(series.info.detail)
-        except (TypeError, ValueError):
+        tag = _tag_text(getattr(series, "tag", ""))
+        problem, trace = _parse(series.info.detail)
+        if problem is not None:
             if warnings is not None:
-                warnings.append(f"{series.tag}: leak trace is not valid JSON; skipped")
+                warnings.append(f"{tag}: leak trace {problem}; skipped")
             continue
-        if not _valid(trace):
+        trace = _clean(trace)
+        if trace is None:
             if warnings is not None:
-                warnings.append(f"{series.tag}: leak trace in an unknown or newer format; skipped")
+                warnings.append(f"{tag}: leak trace in an unknown or newer format; skipped")
             continue
         key = f"{trace['culprit']['kind']}:{trace['culprit']['name']}"
-        step = trace.get("step") if isinstance(trace.get("step"), int) else -1
+        step = trace["step"] if trace["step"] is not None else -1
         if key not in latest or step >= latest[key][0]:
             latest[key] = (step, trace)
     return {key: trace for key, (_step, trace) in latest.items()}
 
 
-def _valid(trace) -> bool:
-    if not isinstance(trace, dict) or trace.get("format") != HELD_BY_FORMAT:
+def _tag_text(tag) -> str:
+    tag = str(tag)
+    return tag if len(tag) <= MAX_TEXT_CHARS else tag[:MAX_TEXT_CHARS] + "…"
+
+
+def _parse(detail) -> tuple[str | None, object]:
+    """(problem, parsed JSON): problem is None when the text parsed."""
+    if not isinstance(detail, str):
+        return "is not text", None
+    if len(detail) > MAX_DETAIL_CHARS:
+        return f"is too large ({len(detail):,} characters, at most {MAX_DETAIL_CHARS:,})", None
+    if _too_deep(detail, MAX_JSON_DEPTH):
+        return f"is nested deeper than {MAX_JSON_DEPTH} levels", None
+    try:
+        # NaN and Infinity (which Python's json accepts) and numbers that
+        # overflow to infinity are read as null.
+        return None, json.loads(detail, parse_constant=lambda _name: None, parse_float=_finite_float)
+    except (TypeError, ValueError, RecursionError):
+        return "is not valid JSON", None
+
+
+def _finite_float(text: str):
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _too_deep(text: str, limit: int) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects more than ``limit``
+    deep (brackets inside strings do not count). Linear, no recursion."""
+    if text.count("[") + text.count("{") <= limit:
         return False
+    depth = 0
+    for match in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        if match.group() in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _count(value):
+    """An integer count in range, or None (bools, floats, strings are not counts)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        return None
+    return value
+
+
+def _text(value, limit: int = MAX_TEXT_CHARS) -> str:
+    value = str(value)
+    return value if len(value) <= limit else value[:limit - 1] + "…"
+
+
+def _clean(trace) -> dict | None:
+    """The known fields of a parsed trace, checked and bounded; None when it
+    is not a trace of the known format."""
+    if not isinstance(trace, dict) or trace.get("format") != HELD_BY_FORMAT \
+            or isinstance(trace.get("format"), bool):
+        return None
     culprit = trace.get("culprit")
-    if not isinstance(culprit, dict) or not all(isinstance(culprit.get(k), str) for k in ("kind", "name")):
-        return False
+    if not isinstance(culprit, dict):
+        return None
+    kind, name = culprit.get("kind"), culprit.get("name")
+    if not (isinstance(kind, str) and isinstance(name, str)) or len(kind) > MAX_NAME_CHARS \
+            or len(name) > MAX_NAME_CHARS:
+        return None
     held = trace.get("held_by")
-    return isinstance(held, list) and all(
-        isinstance(h, dict) and isinstance(h.get("path"), list) and all(isinstance(p, str) for p in h["path"])
-        and isinstance(h.get("instances"), int) for h in held)
+    if not isinstance(held, list):
+        return None
+    entries = []
+    for entry in held[:MAX_ENTRIES_READ]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), list):
+            return None
+        path = entry["path"]
+        if not all(isinstance(hop, str) for hop in path[:MAX_PATH_HOPS]):
+            return None
+        instances = _count(entry.get("instances"))
+        if instances is None:
+            return None
+        entries.append({"path": [_text(hop) for hop in path[:MAX_PATH_HOPS]], "instances": instances,
+                        "sampled": _count(entry.get("sampled"))})
+    out = {"format": HELD_BY_FORMAT, "culprit": {"kind": kind, "name": name}, "held_by": entries}
+    for key in _INT_FIELDS:
+        out[key] = _count(trace.get(key))
+    seconds = trace.get("seconds")
+    out["seconds"] = float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) \
+        and math.isfinite(seconds) and 0 <= seconds < 1e9 else None
+    for key in ("complete", "containers"):
+        out[key] = trace.get(key) if isinstance(trace.get(key), bool) else None
+    return out
 
 
 def held_by_entries(trace: dict) -> list[dict]:

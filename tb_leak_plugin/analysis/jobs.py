@@ -35,6 +35,13 @@ from tb_leak_plugin import metadata
 _TRAINING_TYPES = ("chief", "master", "worker")
 # Leak rates within this factor of each other are "alike".
 ALIKE_FACTOR = 2.0
+# A task identity comes from a file: what it claims is bounded before use.
+# Tasks without a run are listed up to this many (``missing_count`` counts
+# them all), task types of a cluster up to MAX_TASK_TYPES, texts cut.
+MAX_MISSING_LISTED = 20
+MAX_TASK_TYPES = 64
+MAX_TEXT_CHARS = 300
+MAX_INT32 = 2**31 - 1
 
 PATTERN_TEXT = {
     "alike": "all tasks leak alike: the leak is in code every task runs (the training step, "
@@ -53,7 +60,8 @@ PATTERN_TEXT = {
 
 def take_task(run) -> dict | None:
     """Remove the task-identity series from ``run`` (a ``RunData``) and
-    return the identity it carries, or None for a run of no cluster."""
+    return the identity it carries (bounded: see :func:`bounded_task`), or
+    None for a run of no cluster."""
     series = run.series.pop(metadata.TASK_TAG, None)
     if series is None:
         return None
@@ -61,10 +69,40 @@ def take_task(run) -> dict | None:
     if not isinstance(info, metadata.TaskSeriesInfo) or not info.task_bytes:
         return None
     try:
-        return info.task
+        return bounded_task(info.task)
     except Exception:  # undecodable identity: the run is judged alone
         run.warnings.append("the run's task identity is unreadable; it is not grouped with a job")
         return None
+
+
+def _cut(value, limit: int = MAX_TEXT_CHARS) -> str:
+    value = "" if value is None else str(value)
+    return value if len(value) <= limit else value[:limit - 1] + "…"
+
+
+def _bounded_int(value, low: int = 0, high: int = MAX_INT32) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return low
+    return min(max(value, low), high)
+
+
+def bounded_task(task: dict) -> dict:
+    """A task identity with every field checked and bounded: texts cut to
+    300 characters, numbers in range, at most 64 task types (those that run
+    a training loop first). Idempotent."""
+    counts = task.get("task_counts") if isinstance(task.get("task_counts"), dict) else {}
+    kept = sorted(((str(name), count) for name, count in counts.items()),
+                  key=lambda item: (_type_order(item[0]), item[0]))[:MAX_TASK_TYPES]
+    return {
+        "task_type": _cut(task.get("task_type")),
+        "task_index": _bounded_int(task.get("task_index")),
+        "cluster_size": _bounded_int(task.get("cluster_size")),
+        "host": _cut(task.get("host")),
+        "pid": _bounded_int(task.get("pid"), 0, 2**63 - 1),
+        "cluster_id": _cut(task.get("cluster_id"), 64),
+        "task_counts": {_cut(name): _bounded_int(count) for name, count in kept},
+        "run_named_by": _cut(task.get("run_named_by"), 32),
+    }
 
 
 def task_label(task: dict) -> str:
@@ -88,6 +126,7 @@ def group_jobs(rows: list[dict]) -> list[dict]:
         task = row.get("task")
         if not task:
             continue
+        row = dict(row, task=bounded_task(task))
         key = (_parent(row["run"]), task.get("cluster_id", ""))
         buckets.setdefault(key, []).append(row)
     jobs = []
@@ -129,9 +168,7 @@ def job_summary(name: str, members: list[dict]) -> dict:
     cluster = _cluster_of(members)
     if pattern == "one" and len(tasks) == 1 and cluster.get("ps") and tasks[0]["task_type"] in ("chief", "master"):
         pattern = "coordinator"
-    expected = _expected_tasks(cluster)
-    present = {t["task"] for t in tasks}
-    missing = [label for label in expected if label not in present]
+    missing, missing_count = _missing_tasks(cluster, tasks)
     duplicated = sorted(label for label, count in labels.items() if count > 1)
     verdict = "leak" if leaking else ("inconclusive" if other else "no_leak")
     summary = _summary_text(name, tasks, leaking, clean, other, pattern, role)
@@ -153,6 +190,7 @@ def job_summary(name: str, members: list[dict]) -> dict:
         "clean": [t["task"] for t in clean],
         "undecided": [t["task"] for t in other],
         "missing": missing,
+        "missing_count": missing_count,
         "duplicated": duplicated,
         "runs": [t["run"] for t in tasks],
         "tag": _chart_tag(leaking or tasks),
@@ -219,17 +257,29 @@ def _cluster_of(members) -> dict:
     return {}
 
 
-def _expected_tasks(counts: dict) -> list[str]:
-    """The tasks of a cluster that run a training loop: chief/master and
-    workers, except under parameter servers, where only the chief does."""
+def _missing_tasks(counts: dict, tasks: list[dict]) -> tuple[list[str], int]:
+    """The tasks of a cluster that run a training loop (chief/master and
+    workers, except under parameter servers, where only the chief does) and
+    have no run: the first ``MAX_MISSING_LISTED`` of them, and how many in
+    all. The cost is bounded by the runs and the list, never by the size a
+    cluster claims."""
     if not counts:
-        return []
+        return [], 0
     types = ("chief", "master") if counts.get("ps") else _TRAINING_TYPES
-    out = []
+    listed, total = [], 0
     for kind in sorted(counts, key=_type_order):
-        if kind in types:
-            out.extend(f"{kind}-{i}" for i in range(int(counts[kind])))
-    return out
+        if kind not in types:
+            continue
+        size = _bounded_int(counts[kind], 0, 2**63 - 1)
+        present = {t["task_index"] for t in tasks if t["task_type"] == kind
+                   and isinstance(t["task_index"], int) and 0 <= t["task_index"] < size}
+        total += size - len(present)
+        index = 0
+        while len(listed) < MAX_MISSING_LISTED and index < size:
+            if index not in present:
+                listed.append(f"{kind}-{index}")
+            index += 1
+    return listed, total
 
 
 def _chart_tag(tasks) -> str | None:

@@ -37,6 +37,8 @@ ENV_VAR = "TF_CONFIG"
 # Characters kept in a path component made from TF_CONFIG; the rest become "_".
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 MAX_NAME_CHARS = 64
+# The identity is recorded as protobuf int32 fields (task index, cluster size).
+MAX_INDEX = 2**31 - 1
 
 # The default run name of a task in a cluster of several tasks.
 DEFAULT_RUN_NAME = "{task_type}-{task_index}"
@@ -142,20 +144,44 @@ def parse_tf_config(raw: str) -> Task | None:
     if isinstance(index, str) and index.strip().isdigit():
         index = int(index)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ClusterConfigError(f"{ENV_VAR} task 'index' must be an integer >= 0, not {index!r}")
+        raise ClusterConfigError(f"{ENV_VAR} task 'index' must be an integer >= 0, not {_short(index)}")
+    if index > MAX_INDEX:
+        raise ClusterConfigError(f"{ENV_VAR} task 'index' {_short(index)} is out of range (at most {MAX_INDEX})")
+    if not _encodable(task_type):
+        raise ClusterConfigError(f"{ENV_VAR} task 'type' {_short(task_type)} is not valid Unicode text")
     counts = {}
     for name, addresses in cluster.items():
+        if not _encodable(name):
+            raise ClusterConfigError(f"{ENV_VAR} cluster task type {_short(name)} is not valid Unicode text")
         if isinstance(addresses, (list, tuple, dict)):
             # A dict is a sparse cluster (index -> address), as tf.train.ClusterSpec allows.
             counts[str(name)] = len(addresses)
         elif isinstance(addresses, str):
             counts[str(name)] = 1
         else:
-            raise ClusterConfigError(f"{ENV_VAR} cluster entry {name!r} must list addresses")
+            raise ClusterConfigError(f"{ENV_VAR} cluster entry {_short(name)} must list addresses")
     if task_type in counts and isinstance(cluster[task_type], (list, tuple)) and index >= counts[task_type]:
         raise ClusterConfigError(
-            f"{ENV_VAR} task {task_type}-{index} is not in the cluster ({counts[task_type]} {task_type} tasks)")
+            f"{ENV_VAR} task {_short(task_type)[1:-1]}-{index} is not in the cluster "
+            f"({counts[task_type]} {_short(task_type)[1:-1]} tasks)")
+    if sum(counts.values()) + 1 > MAX_INDEX:
+        raise ClusterConfigError(f"{ENV_VAR} cluster of {sum(counts.values())} tasks is out of range")
     return Task(task_type=task_type, task_index=index, task_counts=counts, cluster_id=cluster_fingerprint(cluster))
+
+
+def _encodable(text) -> bool:
+    """Whether ``text`` can be recorded (UTF-8: no lone surrogates)."""
+    try:
+        str(text).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _short(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages (ASCII-safe)."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def cluster_fingerprint(cluster: dict) -> str:
@@ -231,7 +257,16 @@ def resolve_run_dir(logdir: str | None, run_name: str | None, environ=None) -> P
         notice = f"{error}; writing a single run (set {ENV_VAR} as tf.distribute expects it to get one run per task)"
     except Exception as error:  # never hurt the training job over its environment
         task = None
-        notice = f"{ENV_VAR} could not be read ({type(error).__name__}: {error}); writing a single run"
+        notice = f"{ENV_VAR} could not be read ({type(error).__name__}: {_short(str(error))}); writing a single run"
+    if task is not None:
+        try:  # what the monitor records must serialize, whatever TF_CONFIG held
+            from tb_leak_plugin.metadata import task_series_info
+
+            task_series_info(task.identity("tf_config"))
+        except Exception as error:
+            task = None
+            notice = (f"{ENV_VAR} describes a task that cannot be recorded ({type(error).__name__}: "
+                      f"{_short(str(error))}); writing a single run")
     if run_name is not None:
         name = format_run_name(str(run_name), task)
         named_by = "user"

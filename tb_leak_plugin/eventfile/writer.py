@@ -10,7 +10,10 @@ keeps the pending records for the next flush, and the file is cut back to its
 last complete record, so a full disk never leaves a torn record behind;
 whatever fits is written, record by record. The backlog is bounded
 (``MAX_PENDING_BYTES``): past it new records are dropped and counted
-(``dropped_records``), so a full disk cannot grow the process.
+(``dropped_records``; ``add_event`` returns False), so a full disk cannot
+grow the process. The summary writer re-sends a series' metadata with its
+next point when the record that carried it was dropped, so what follows a
+drop stays readable.
 
 A local file that is deleted while the job runs (the logdir removed) is
 noticed at the next flush: a new file is started in the recreated directory
@@ -148,14 +151,16 @@ class RecordEventWriter:
         self._pending.insert(0, record)
         self._pending_bytes += len(record)
 
-    def add_event(self, event) -> None:
+    def add_event(self, event) -> bool:
+        """Queue ``event``; False when it was dropped (closed, or the backlog
+        is full: ``dropped_records`` counts those)."""
         record = _record(event.SerializeToString())
         with self._lock:
             if self._closed:
-                return
+                return False
             if self._pending_bytes + len(record) > MAX_PENDING_BYTES:
                 self.dropped_records += 1
-                return
+                return False
             self._pending.append(record)
             self._pending_bytes += len(record)
             # Past the size (while writes succeed) or the time since the last flush.
@@ -163,6 +168,7 @@ class RecordEventWriter:
                    or time.monotonic() - self._last_flush >= self._flush_secs)
         if due:
             self.flush()
+        return True
 
     def flush(self) -> None:
         """Write what is pending; raises OSError when not all of it could be
@@ -330,19 +336,22 @@ class SegmentedEventWriter:
         """Segment objects written so far."""
         return self._segment + (1 if self._segment_data else 0)
 
-    def add_event(self, event) -> None:
+    def add_event(self, event) -> bool:
+        """Queue ``event`` for upload; False when it was dropped (closed, or
+        the backlog is full: ``dropped_records`` counts those)."""
         record = _record(event.SerializeToString())
         with self._lock:
             if self._closed:
-                return
+                return False
             if self._pending_bytes + len(record) > MAX_PENDING_BYTES:
                 self.dropped_records += 1
-                return
+                return False
             self._pending.append(record)
             self._pending_bytes += len(record)
             self._ensure_thread()
             if time.monotonic() - self._last_upload >= self._flush_secs:
                 self._wake.notify()
+        return True
 
     def flush(self) -> None:
         """Upload what is pending now; raises OSError when that failed (the

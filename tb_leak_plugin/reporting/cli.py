@@ -68,6 +68,19 @@ def _ci_text(series: dict) -> str:
     return f"{human_amount(ci[0], unit, True)} .. {human_amount(ci[1], unit, True)}"
 
 
+def json_safe(value):
+    """``value`` with every float that is not finite (NaN, infinities) as
+    None: ``--format json`` is strict JSON (RFC 8259), and one such number
+    from the data must not cost the whole report."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def trace_lines(culprit: dict) -> list[str]:
     """The leak trace under a culprit: how many live and new, each path
     from its root to the direct holder (then the culprit's type), and the
@@ -310,7 +323,7 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USAGE
     data = report.to_dict()
     if args.format == "json":
-        _write_out(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        _write_out(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
     elif args.format == "markdown":
         _write_out(format_markdown(data))
     else:

@@ -36,10 +36,20 @@ def job_lines(job: dict) -> list[str]:
         lines.append(f"     {task['task']:<{width_task}}  {task['run']:<{width_run}}  {verdict:<12}  "
                      f"{_growth(task.get('growth_bytes_per_step')):>18}  {culprit_text}")
     if job.get("missing"):
-        lines.append(f"   no run from: {', '.join(job['missing'])} (not started, no Monitor there, or left out by --run)")
+        lines.append(f"   no run from: {missing_text(job)} (not started, no Monitor there, or left out by --run)")
     if job.get("duplicated"):
         lines.append(f"   several runs claim {', '.join(job['duplicated'])} (a restarted job under new run names?)")
     return lines
+
+
+def missing_text(job: dict) -> str:
+    """The tasks without a run: those listed, then how many more (a cluster
+    may claim millions of tasks; the listing is bounded)."""
+    listed = list(job.get("missing") or [])
+    total = job.get("missing_count")
+    total = total if isinstance(total, int) and total >= len(listed) else len(listed)
+    more = total - len(listed)
+    return ", ".join(listed) + (f" and {more:,} more" if more else "")
 
 
 def groups_not_jobs(report: dict) -> list[dict]:
@@ -56,6 +66,8 @@ def markdown_lines(job: dict, escape) -> list[str]:
     for task in job["tasks"]:
         lines.append(f"| {escape(task['task'])} | {escape(task['run'])} | "
                      f"{_LABEL.get(task['verdict'], task['verdict'])} | {_growth(task.get('growth_bytes_per_step'))} |")
+    if job.get("missing"):
+        lines += ["", escape(f"No run from: {missing_text(job)}.")]
     return lines
 
 
