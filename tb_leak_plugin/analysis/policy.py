@@ -37,6 +37,12 @@ class Policy:
     # counts are exact, and one or two increments (a function traced once more
     # as model.fit ends) are events, not a leak.
     count_floor: float = 2.5
+    # ... and by at least one every this many steps: a few objects a library
+    # makes now and then over a long run (a clean loop watched for minutes
+    # gained four OrderedDicts in 15,000 steps) weigh nothing, while every
+    # leak of objects worth fixing (a tensor or a record a step, a model an
+    # epoch: hundreds of objects each) is far above it.
+    count_rate_floor: float = 1e-3
     # ------------------------------------------------------------------ decision
     # One-sided level of the lower bound that must clear materiality for a
     # leak. Strict: where the current segment starts is searched for (which
@@ -102,7 +108,7 @@ class Policy:
             return max(self.bytes_share * level, self.bytes_floor) / span
         if unit == "blocks":
             return max(self.bytes_share * level, self.blocks_floor) / span
-        return self.count_floor / span
+        return max(self.count_floor / span, self.count_rate_floor)
 
 
 POLICY = Policy()
