@@ -232,21 +232,12 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
 
     ``trace_report`` is a ``tb_leak_plugin.reporting.traces.RunTraceReport`` (or None).
     """
-    available = _available_bytes(run)
-    measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     warnings = list(run.warnings)
     traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
-    full = run.series.get("leak/gc/full_collection")
-    windows = _profiler_windows(run)
-    reports = [assess(_outside(_with_earlier_points(series), windows)
-                      if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
-                      available, measures, full)
-               for series in run.series.values() if series.info.group != HELD_BY_GROUP]
-    _one_rate(reports, run)
+    reports = _assess_all(run)
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:
         by_role.setdefault(report.role, []).append(report)
-    _false_discovery_control(reports)
     explained = _not_the_programs(by_role)
 
     culprits: list[Culprit] = []
@@ -276,12 +267,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     # from the profiler, names the same leak without saying who keeps them).
     culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20, not (c.details or {}).get("held_by")))
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
-    hints = []
-    seen = set()
-    for culprit in culprits:
-        if culprit.hint and culprit.hint not in seen:
-            seen.add(culprit.hint)
-            hints.append(hints_lib.HINTS[culprit.hint])
+    hints = list({c.hint: hints_lib.HINTS[c.hint] for c in culprits if c.hint}.values())
     reports.sort(key=lambda r: (_ROLE_ORDER.get(r.role, 9), VERDICT_ORDER.get(r.verdict, 3), r.tag))
     return RunReport(
         run=run.name,
@@ -298,6 +284,22 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         warnings=warnings,
         traces=traces_dict,
     )
+
+
+def _assess_all(run: RunData) -> list[SeriesReport]:
+    """Every series of the run judged (memory outside profiler windows), one
+    training speed for all, and leaks held to the run's false-discovery rate."""
+    available = _available_bytes(run)
+    measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
+    full = run.series.get("leak/gc/full_collection")
+    windows = _profiler_windows(run)
+    reports = [assess(_outside(_with_earlier_points(series), windows)
+                      if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
+                      available, measures, full)
+               for series in run.series.values() if series.info.group != HELD_BY_GROUP]
+    _one_rate(reports, run)
+    _false_discovery_control(reports)
+    return reports
 
 
 def _steps_per_second(run: RunData) -> float | None:
