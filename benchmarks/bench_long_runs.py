@@ -30,7 +30,6 @@ import argparse
 import glob
 import json
 import os
-import resource
 import shutil
 import socket
 import subprocess
@@ -281,6 +280,11 @@ def main(argv=None) -> int:
                       f"{row['first_s'] or float('nan'):.1f} s ({row['first_verdict']}), complete report "
                       f"{complete if complete is not None else float('nan'):.1f} s "
                       f"({(complete - ready) if complete is not None else float('nan'):.1f} s after ready)")
+                if row["report"] is not None:
+                    kept = sorted({s.get("samples") for s in row["report"].get("series", [])})
+                    print(f"   {mode}: points per series in the tab's report {kept} (CLI: "
+                          f"{sorted({s.get('samples') for s in cli_run['series']})}), verdict "
+                          f"{row['report'].get('verdict')} (CLI: {cli_run['verdict']})")
                 check(f"{mode} RSS under {TB_RSS_TARGET_MB:.0f} MB", row["peak_mb"] < TB_RSS_TARGET_MB)
                 check(f"{mode} RSS over a tiny logdir's under {TB_RSS_TARGET_MB:.0f} MB",
                       row["peak_mb"] - base["peak_mb"] < TB_RSS_TARGET_MB)
