@@ -62,14 +62,31 @@ def test_the_simulated_clock_drives_the_schedule_and_the_wall_times(tmp_path):
     assert steps[-1] == 5999  # close() took the last step
 
 
-def test_cheap_points_grow_with_the_square_root_of_the_run(tmp_path):
+@pytest.mark.parametrize("probe_cost_s", [0.0, 0.006], ids=["free", "6ms"])
+def test_cheap_points_grow_with_the_square_root_of_the_run(tmp_path, probe_cost_s):
     """The same light loop (10 ms steps) for 2 and for 10 minutes: the memory
     series get at most 2.5x the points (a linear schedule would give 5x),
-    spread over the whole run, with the recent past still dense."""
+    spread over the whole run, with the recent past still dense. The real
+    cheap probes on a clock where they cost nothing (the schedule's spacing
+    alone decides), and a probe that costs 6 ms a sample (alone, it gets the
+    whole budget: about 1.6 samples a second, the rate measured on a light
+    TensorFlow loop before, so the budget limits the first minutes);
+    deterministic either way."""
     counts = {}
     for minutes in (2, 10):
+        sim = clock.SimulatedClock(real_costs=False)
+        probes = list(CHEAP_PROBES)
+        if probe_cost_s:
+            class Dear(probes_lib.Probe):
+                name = "dear"
+
+                def sample(self, objects=None):
+                    sim.advance(probe_cost_s)
+                    return [(SeriesInfo("process", "rss_bytes", "bytes"), 1e8)]
+
+            probes = [Dear()]
         logdir = str(tmp_path / f"m{minutes}")
-        _simulate(logdir, minutes * 60.0, 0.01, probes=CHEAP_PROBES)
+        _simulate(logdir, minutes * 60.0, 0.01, sim=sim, probes=probes)
         steps, walls = _points(logdir)
         counts[minutes] = len(steps)
         elapsed = walls - walls[0]
