@@ -157,7 +157,7 @@ def test_fix_flags_bounds_the_points_tensorboard_keeps():
     assert configure("--samples_per_plugin=images=3") == {"images": 3, "leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
 
 
-LONG_POINTS = 24_000
+LONG_POINTS = 15_000
 SERIES = [SeriesInfo("process", "rss_anon_bytes", "bytes"), SeriesInfo("process", "malloc_bytes", "bytes"),
           SeriesInfo("python", "allocated_blocks", "blocks"), SeriesInfo("gc", "tracked_objects", "count")]
 
