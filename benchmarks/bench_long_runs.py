@@ -275,8 +275,11 @@ def main(argv=None) -> int:
                 mode = f"--load_fast={'true' if load_fast else 'false'}"
                 ready = row["ready_s"] or float("nan")
                 complete = row["complete_s"]
+                tiny_after = (base["complete_s"] - base["ready_s"]
+                              if base["complete_s"] is not None and base["ready_s"] is not None else float("nan"))
                 print(f"   {mode}: peak RSS {row['peak_mb']:.0f} MB (tiny logdir: {base['peak_mb']:.0f} MB); "
-                      f"ready {ready:.1f} s (tiny: {base['ready_s'] or float('nan'):.1f} s), first report "
+                      f"ready {ready:.1f} s (tiny: {base['ready_s'] or float('nan'):.1f} s, its report "
+                      f"{tiny_after:.1f} s after), first report "
                       f"{row['first_s'] or float('nan'):.1f} s ({row['first_verdict']}), complete report "
                       f"{complete if complete is not None else float('nan'):.1f} s "
                       f"({(complete - ready) if complete is not None else float('nan'):.1f} s after ready)")
