@@ -90,10 +90,10 @@ def test_cheap_points_grow_with_the_square_root_of_the_run(tmp_path, probe_cost_
         steps, walls = _points(logdir)
         counts[minutes] = len(steps)
         elapsed = walls - walls[0]
-        # The whole run is covered: every tenth has points (the last at least
-        # ten), and no gap is longer than 2% of the run.
+        # The whole run is covered: every tenth has at least 8 points, and no
+        # gap is longer than 2% of the run.
         tenths = np.histogram(elapsed, bins=10, range=(0, elapsed[-1]))[0]
-        assert tenths.min() >= 10, tenths
+        assert tenths.min() >= 8, tenths
         assert np.diff(elapsed).max() <= 0.02 * elapsed[-1]
     assert counts[2] >= 100 and counts[10] >= 250, counts  # enough for live verdicts
     assert counts[10] <= 2.5 * counts[2], counts

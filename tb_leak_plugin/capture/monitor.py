@@ -15,9 +15,9 @@ run that is released over the first seconds of training (half of it after
 3-day job stays at 1%. So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
 by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds),
-and the cheap counters, after 4 s, wait 2*(sqrt(t) - 2)/16 s between points
-at training time t (about 16*sqrt(T) points in T seconds), so that a long
-job's event file grows with the square root of its length. The first sample and ``close()``
+and the cheap counters, after 100 points or 4 s, wait 2*sqrt(t)/16 s between
+points at training time t (about 16*sqrt(T) points in T seconds), so that a
+long job's event file grows with the square root of its length. The first sample and ``close()``
 always run every group: a baseline and a final point. The final heap walk is
 foreseen from its measured parts (collection, walk, numpy scan, analysis);
 at ``close()`` its optional parts run only while the run's budget (1% plus
@@ -97,15 +97,18 @@ _GROUPS = {
     "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
 }
-# After _CHEAP_DENSE_S seconds of training since their first run, the cheap
-# counters wait 2*(sqrt(t) - sqrt(_CHEAP_DENSE_S))/K between points at
-# training time t (K = _CHEAP_POINTS_PER_SQRT_S): about K*sqrt(T) points in
-# T seconds, so a long job's output grows with the square root of its length
-# (a point every 1.1 s at 2 min, 2.8 s at 10 min, 63 s at 3 days: ~8,400
-# points a series), the whole run covered and the recent past dense. A
-# short repro is limited by the budget alone: hundreds of points in seconds.
+# The cheap counters are limited by the budget alone for their first
+# _CHEAP_DENSE_RUNS points or _CHEAP_DENSE_S seconds, whichever ends first (a
+# short repro gets a hundred points in seconds); then they wait 2*sqrt(t)/K
+# between points at training time t since their first run (K =
+# _CHEAP_POINTS_PER_SQRT_S): about K*sqrt(T) points in T seconds, so a long
+# job's output grows with the square root of its length (a point every 1.4 s
+# at 2 min, 3.1 s at 10 min, 64 s at 3 days: ~8,200 points a series), the
+# whole run covered, the recent past dense, and the first seconds never more
+# than a hundred points of it (the analysis weighs points, not seconds).
 _CHEAP_POINTS_PER_SQRT_S = 16.0
 _CHEAP_DENSE_S = 4.0
+_CHEAP_DENSE_RUNS = 100
 # The largest share of a stretch of training time one unit's runs may take.
 _MAX_DUTY = 0.5
 # Share of the budget no probe group spends (see Monitor.__init__).
@@ -183,8 +186,8 @@ class _Unit:
         spaced = self.first_train_s + max(since * (1.0 + self.spread / (self.runs + 1)), since + gap)
         if self.points_per_sqrt_s:
             # About K*sqrt(T) runs in T seconds (see _CHEAP_POINTS_PER_SQRT_S).
-            rule = 2.0 * max(math.sqrt(since) - math.sqrt(_CHEAP_DENSE_S), 0.0) / self.points_per_sqrt_s
-            spaced = max(spaced, self.last_train_s + rule)
+            if self.runs >= _CHEAP_DENSE_RUNS or since >= _CHEAP_DENSE_S:
+                spaced = max(spaced, self.last_train_s + 2.0 * math.sqrt(since) / self.points_per_sqrt_s)
         self.due_train_s = max(paid, spaced)
 
 
