@@ -2,7 +2,7 @@
 
 * The schedule runs on a simulated clock (``capture/clock.py``): minutes and
   days of training pass in seconds of test, the monitor's own work costing
-  what it really costs (or, for the three-day run, a fixed simulated cost).
+  nothing or a fixed simulated cost, so the counts are deterministic.
 * ``LeakPluginLoader.fix_flags`` gives ``leak`` a bounded default in
   ``--samples_per_plugin``; a user's value wins.
 * On a run longer than that bound the tab's report (through TensorBoard's
