@@ -312,7 +312,7 @@ def test_fix_flags_keeps_every_point_and_respects_the_user(leak_logdir):
     flags = configure()
     assert flags.samples_per_plugin == {"leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
     assert configure("--samples_per_plugin=leak=50").samples_per_plugin == {"leak": 50}
-    assert configure("--samples_per_plugin=images=3").samples_per_plugin == {"images": 3, "leak": 0}
+    assert configure("--samples_per_plugin=images=3").samples_per_plugin == {"images": 3, "leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
 
     # The Python multiplexer as `tensorboard --load_fast=false` builds it from these flags.
     flags = configure("--reload_task=blocking", "--reload_interval=0")

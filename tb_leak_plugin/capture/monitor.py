@@ -14,8 +14,10 @@ run that is released over the first seconds of training (half of it after
 0.5 s, 80% after 2 s): a 2-second repro gets a handful of heap walks, a
 3-day job stays at 1%. So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
-by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds)
-or 1 + 0.01/(n + 1) (the cheap counters). The first sample and ``close()``
+by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds),
+and the cheap counters, after 100 points or 4 s, wait 2*sqrt(t)/16 s between
+points at training time t (about 16*sqrt(T) points in T seconds), so that a
+long job's event file grows with the square root of its length. The first sample and ``close()``
 always run every group: a baseline and a final point. The final heap walk is
 foreseen from its measured parts (collection, walk, numpy scan, analysis);
 at ``close()`` its optional parts run only while the run's budget (1% plus
@@ -33,11 +35,13 @@ import math
 import os
 import sys
 import threading
-import time
 import weakref
 
 from tb_leak_plugin.capture import cluster as cluster_lib
 from tb_leak_plugin.capture import probes as probes_lib
+# time.perf_counter() and time.time() below read capture/clock.py: real time,
+# or the simulated clock a test or benchmark installs.
+from tb_leak_plugin.capture import clock as time
 from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
 from tb_leak_plugin.metadata import SeriesInfo, task_series_info
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
@@ -85,15 +89,27 @@ ALLOWANCE_HALF_S = 0.5
 # Shares of the budget, and how runs are spread. A unit waits after its n-th
 # run until the training time has grown by a factor 1 + spread / (n + 1)
 # (and at least ``min_gap_s``): with spread 2 a run of T seconds gets about
-# sqrt(T) heap walks, spread evenly enough whatever T turns out to be; with
-# spread 0.01 the cheap counters are limited by the budget alone in short
-# runs and to a few thousand points in long ones. The heap walk is the most
+# sqrt(T) heap walks, spread evenly enough whatever T turns out to be; the
+# cheap counters are limited by the budget in short runs and by
+# _CHEAP_POINTS_PER_SQRT_S in long ones. The heap walk is the most
 # informative and the most expensive group.
 _GROUPS = {
     "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0},
     "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
 }
+# The cheap counters are limited by the budget alone for their first
+# _CHEAP_DENSE_RUNS points or _CHEAP_DENSE_S seconds, whichever ends first (a
+# short repro gets a hundred points in seconds); then they wait 2*sqrt(t)/K
+# between points at training time t since their first run (K =
+# _CHEAP_POINTS_PER_SQRT_S): about K*sqrt(T) points in T seconds, so a long
+# job's output grows with the square root of its length (a point every 1.4 s
+# at 2 min, 3.1 s at 10 min, 64 s at 3 days: ~8,200 points a series), the
+# whole run covered, the recent past dense, and the first seconds never more
+# than a hundred points of it (the analysis weighs points, not seconds).
+_CHEAP_POINTS_PER_SQRT_S = 16.0
+_CHEAP_DENSE_S = 4.0
+_CHEAP_DENSE_RUNS = 100
 # The largest share of a stretch of training time one unit's runs may take.
 _MAX_DUTY = 0.5
 # Share of the budget no probe group spends (see Monitor.__init__).
@@ -126,9 +142,10 @@ class _Unit:
     """
 
     __slots__ = ("name", "probes", "share", "spread", "min_gap_s", "min_steps", "cost_s", "spent_s",
-                 "due_train_s", "last_step", "last_train_s", "first_train_s", "runs", "needs_objects")
+                 "due_train_s", "last_step", "last_train_s", "first_train_s", "runs", "needs_objects",
+                 "points_per_sqrt_s")
 
-    def __init__(self, name, probes, share, spread, min_gap_s, min_steps):
+    def __init__(self, name, probes, share, spread, min_gap_s, min_steps, points_per_sqrt_s=None):
         self.name = name
         self.probes = probes
         self.share = share
@@ -143,6 +160,7 @@ class _Unit:
         self.first_train_s = 0.0
         self.runs = 0
         self.needs_objects = any(p.needs_objects for p in probes)
+        self.points_per_sqrt_s = points_per_sqrt_s
 
     def schedule(self, budget: float | None, allowance_s: float, reserve_s: float | None = None,
                  next_s: float | None = None, loop_start_s: float = 0.0) -> None:
@@ -171,6 +189,10 @@ class _Unit:
         # not all taken in its first second.
         gap = max(self.min_gap_s, (self.cost_s if next_s is None else next_s) * (1.0 / _MAX_DUTY - 1.0))
         spaced = self.first_train_s + max(since * (1.0 + self.spread / (self.runs + 1)), since + gap)
+        if self.points_per_sqrt_s:
+            # About K*sqrt(T) runs in T seconds (see _CHEAP_POINTS_PER_SQRT_S).
+            if self.runs >= _CHEAP_DENSE_RUNS or since >= _CHEAP_DENSE_S:
+                spaced = max(spaced, self.last_train_s + 2.0 * math.sqrt(since) / self.points_per_sqrt_s)
         self.due_train_s = max(paid, spaced)
 
 
@@ -302,7 +324,8 @@ class Monitor:
         total_share = (sum(_GROUPS[name]["share"] for name in present) or 1.0) / (1.0 - _SLACK)
         self._units = [
             _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spread"],
-                  _GROUPS[name]["min_gap_s"], min_steps)
+                  _GROUPS[name]["min_gap_s"], min_steps,
+                  _CHEAP_POINTS_PER_SQRT_S if name == "cheap" else None)
             for name, (members, min_steps) in present.items()
         ]
         # Before the heap walk has run, its cost is estimated from the heap size.

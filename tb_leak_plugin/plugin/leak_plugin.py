@@ -47,10 +47,17 @@ logger = logging.getLogger("tb_leak_plugin")
 PLUGIN_NAME = metadata.PLUGIN_NAME
 
 # Points TensorBoard keeps per leak series unless --samples_per_plugin says
-# otherwise: 0 means all of them (multiplexer reservoir and Rust data server
-# alike). A verdict on a random 10 points, TensorBoard's default for unknown
-# plugins, would be worthless.
-DEFAULT_SAMPLES_PER_TAG = 0
+# otherwise (a reservoir: an even random sample of the series, always with
+# its latest point; the multiplexer and the Rust data server alike). A verdict
+# on a random 10 points, TensorBoard's default for unknown plugins, would be
+# worthless; keeping all of them (0) let an old 3-day run of 10 series x
+# 520,000 points take 2-3 GB of TensorBoard's memory. The Monitor writes
+# about 16*sqrt(seconds) points a series (8,100 in 3 days): every point of
+# a run of up to about 4 days is kept, and a longer or older run is analysed
+# on 10,000 random points a series, about 10 in each of the <= 1,024 blocks
+# the trend analysis reduces a series to (its verdicts do not change:
+# tests/test_long_runs.py, benchmarks/bench_long_runs.py).
+DEFAULT_SAMPLES_PER_TAG = 10_000
 
 # Timeline points sent to the browser (after min/max-per-bucket downsampling).
 MAX_TIMELINE_POINTS = 2000
@@ -71,7 +78,7 @@ STATIC_FILES = {
 
 
 class LeakPluginLoader(base_plugin.TBLoader):
-    """Loads the Leak tab; keeps every point of its series by default."""
+    """Loads the Leak tab; keeps ``DEFAULT_SAMPLES_PER_TAG`` points a series by default."""
 
     def fix_flags(self, flags):
         """Give ``leak`` a default in ``--samples_per_plugin`` (a user's value wins)."""

@@ -1,0 +1,220 @@
+"""Long jobs: the monitor's output grows slowly, and TensorBoard keeps a bounded sample.
+
+* The schedule runs on a simulated clock (``capture/clock.py``): minutes and
+  days of training pass in seconds of test, the monitor's own work costing
+  nothing or a fixed simulated cost, so the counts are deterministic.
+* ``LeakPluginLoader.fix_flags`` gives ``leak`` a bounded default in
+  ``--samples_per_plugin``; a user's value wins.
+* On a run longer than that bound the tab's report (through TensorBoard's
+  Python data provider, on its reservoir sample) and the CLI's (every point)
+  give the same verdicts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from tb_leak_plugin import Monitor
+from tb_leak_plugin.capture import clock, probes as probes_lib
+from tb_leak_plugin.eventfile import reader
+from tb_leak_plugin.metadata import SeriesInfo
+from tb_leak_plugin.plugin import leak_plugin as plugin_lib
+from tb_leak_plugin.reporting import cli
+from tb_leak_plugin.summary import EventWriter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conftest_plugin as cp  # noqa: E402
+
+CHEAP_PROBES = ("process", "python", "malloc", "gc")
+RSS_TAG = "leak/process/rss_bytes"
+
+
+def _simulate(logdir: str, seconds: float, step_s: float, sim=None, **monitor_kwargs) -> Monitor:
+    sim = sim or clock.SimulatedClock()
+    with clock.use(sim):
+        monitor = Monitor(logdir, trace_leaks=False, **monitor_kwargs)
+        for step in range(int(round(seconds / step_s))):
+            sim.advance(step_s)
+            monitor.sample(step)
+        monitor.close()
+    return monitor
+
+
+def _points(logdir: str, tag: str = RSS_TAG):
+    series = reader.load_run("run", logdir).series[tag]
+    return np.asarray(series.steps), np.asarray(series.wall_times)
+
+
+def test_the_simulated_clock_drives_the_schedule_and_the_wall_times(tmp_path):
+    sim = clock.SimulatedClock(start_wall=1.0e9)
+    monitor = _simulate(str(tmp_path), 60.0, 0.01, sim=sim, probes=CHEAP_PROBES)
+    assert clock.current().__class__ is clock.SystemClock  # restored after the block
+    assert 59.9 < monitor.stats()["train_seconds"] < 65.0
+    steps, walls = _points(str(tmp_path))
+    assert walls[0] >= 1.0e9 and walls[-1] - walls[0] > 59.0  # a minute of simulated training
+    assert steps[-1] == 5999  # close() took the last step
+
+
+@pytest.mark.parametrize("probe_cost_s", [0.0, 0.006], ids=["free", "6ms"])
+def test_cheap_points_grow_with_the_square_root_of_the_run(tmp_path, probe_cost_s):
+    """The same light loop (10 ms steps) for 2 and for 10 minutes: the memory
+    series get at most 2.5x the points (a linear schedule would give 5x),
+    spread over the whole run, with the recent past still dense. The real
+    cheap probes on a clock where they cost nothing (the schedule's spacing
+    alone decides), and a probe that costs 6 ms a sample (alone, it gets the
+    whole budget: about 1.6 samples a second, the rate measured on a light
+    TensorFlow loop before, so the budget limits the first minutes);
+    deterministic either way."""
+    counts = {}
+    for minutes in (2, 10):
+        sim = clock.SimulatedClock(real_costs=False)
+        probes = list(CHEAP_PROBES)
+        if probe_cost_s:
+            class Dear(probes_lib.Probe):
+                name = "dear"
+
+                def sample(self, objects=None):
+                    sim.advance(probe_cost_s)
+                    return [(SeriesInfo("process", "rss_bytes", "bytes"), 1e8)]
+
+            probes = [Dear()]
+        logdir = str(tmp_path / f"m{minutes}")
+        _simulate(logdir, minutes * 60.0, 0.01, sim=sim, probes=probes)
+        steps, walls = _points(logdir)
+        counts[minutes] = len(steps)
+        elapsed = walls - walls[0]
+        # The whole run is covered: every tenth has at least 8 points, and no
+        # gap is longer than 2% of the run.
+        tenths = np.histogram(elapsed, bins=10, range=(0, elapsed[-1]))[0]
+        assert tenths.min() >= 8, tenths
+        assert np.diff(elapsed).max() <= 0.02 * elapsed[-1]
+    assert counts[2] >= 100 and counts[10] >= 250, counts  # enough for live verdicts
+    assert counts[10] <= 2.5 * counts[2], counts
+
+
+def test_a_three_day_run_writes_under_50_mb(tmp_path, monkeypatch):
+    """Three days of 1-second steps at default settings, every probe group
+    present: cheap counters (12 series, 1 ms a sample) and heap walks (100
+    type and tensor series, 0.2 s a walk, as on a TensorFlow heap), their
+    costs simulated so the run is deterministic and takes seconds."""
+    sim = clock.SimulatedClock(real_costs=False)
+
+    class Cheap(probes_lib.Probe):
+        name = "cheap"
+        infos = [SeriesInfo("process", f"m{k}_bytes", "bytes") for k in range(12)]
+
+        def sample(self, objects=None):
+            sim.advance(0.001)
+            return [(info, 1e8 + k) for k, info in enumerate(self.infos)]
+
+    class Heap(probes_lib.Probe):
+        name = "heap"
+        needs_objects = True
+        infos = [SeriesInfo("objects", "live_count", "count", f"pkg.Type{k}") for k in range(100)]
+
+        def sample(self, objects=None):
+            sim.advance(0.2)
+            return [(info, 1000.0 + k) for k, info in enumerate(self.infos)]
+
+    monkeypatch.setattr(probes_lib, "collect_objects", lambda: probes_lib.Census([]))
+    logdir = str(tmp_path)
+    monitor = _simulate(logdir, 3 * 86400.0, 1.0, sim=sim, probes=[Cheap(), Heap()],
+                        census_collects_garbage=False)
+    size = sum(os.path.getsize(os.path.join(logdir, name)) for name in os.listdir(logdir))
+    run = reader.load_run("run", logdir)
+    cheap = len(run.series["leak/process/m0_bytes"].steps)
+    walks = len(run.series["leak/objects/pkg.Type0"].steps)
+    assert size < 50e6, size
+    assert 5_000 <= cheap <= 10_000, cheap  # ~16*sqrt(259,200 s)
+    assert walks <= 3_000, walks
+    assert monitor.overhead <= 0.011
+    # The last hour still has points every couple of minutes at most.
+    walls = np.asarray(run.series["leak/process/m0_bytes"].wall_times)
+    recent = walls[walls >= walls[-1] - 3600]
+    assert len(recent) >= 30 and np.diff(recent).max() <= 120
+
+
+def test_fix_flags_bounds_the_points_tensorboard_keeps():
+    from tensorboard import program
+    from tensorboard.plugins.core import core_plugin
+
+    def configure(*args):
+        board = program.TensorBoard(plugins=[core_plugin.CorePluginLoader, plugin_lib.LeakPluginLoader])
+        board.configure(argv=["tensorboard", "--logdir", "/nonexistent", *args])
+        return board.flags.samples_per_plugin
+
+    assert 0 < plugin_lib.DEFAULT_SAMPLES_PER_TAG <= 20_000
+    assert configure() == {"leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+    assert configure("--samples_per_plugin=leak=0") == {"leak": 0}  # the user's "all" wins
+    assert configure("--samples_per_plugin=leak=50,images=3") == {"leak": 50, "images": 3}
+    assert configure("--samples_per_plugin=images=3") == {"images": 3, "leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+
+
+LONG_POINTS = 15_000
+SERIES = [SeriesInfo("process", "rss_anon_bytes", "bytes"), SeriesInfo("process", "malloc_bytes", "bytes"),
+          SeriesInfo("python", "allocated_blocks", "blocks"), SeriesInfo("gc", "tracked_objects", "count")]
+
+
+def _write_long_run(run_dir: str, leak_per_step: float, seed: int) -> None:
+    """A run as the old monitor wrote it: a point of every series each step,
+    with slow autocorrelated noise (an AR(1) walk) and ``leak_per_step``
+    bytes kept per step in the memory series."""
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0, 1, size=(LONG_POINTS, len(SERIES)))
+    walk = np.empty_like(noise)
+    walk[0] = noise[0]
+    for i in range(1, LONG_POINTS):  # AR(1), phi = 0.99
+        walk[i] = 0.99 * walk[i - 1] + noise[i]
+    steps = np.arange(LONG_POINTS)
+    values = np.array([600e6, 500e6, 2e6, 1.2e6]) + walk * np.array([2e5, 1e5, 100, 10])
+    values[:, :2] += leak_per_step * steps[:, None]
+    writer = EventWriter(run_dir, flush_secs=1e9)
+    for i in range(LONG_POINTS):
+        writer.write(int(steps[i]), list(zip(SERIES, values[i].tolist())), wall_time=1.7e9 + 0.5 * i)
+        if i % 2000 == 1999:
+            writer.flush()
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def long_logdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("long")
+    _write_long_run(str(root / "leaky"), leak_per_step=5000.0, seed=1)
+    _write_long_run(str(root / "clean"), leak_per_step=0.0, seed=2)
+    return str(root)
+
+
+def test_tab_and_cli_agree_on_a_run_longer_than_tensorboard_keeps(long_logdir):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.main(["analyze", long_logdir, "--format", "json"])
+    cli_runs = {run["run"]: run for run in json.loads(out.getvalue())["runs"]}
+    assert cli_runs["leaky"]["verdict"] == "leak" and cli_runs["clean"]["verdict"] != "leak"
+
+    from tensorboard.backend import application
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+
+    provider = cp.multiplexer_provider(long_logdir, samples=plugin_lib.DEFAULT_SAMPLES_PER_TAG)
+    plugin = plugin_lib.LeakPlugin(base_plugin.TBContext(logdir=long_logdir, data_provider=provider),
+                                   revalidate_secs=0)
+    client = Client(application.TensorBoardWSGI([plugin], data_provider=provider))
+    for name, cli_run in cli_runs.items():
+        response = client.get("/data/plugin/leak/report", query_string={"run": name})
+        assert response.status_code == 200, response.get_data(as_text=True)
+        tab = json.loads(response.get_data(as_text=True))
+        tab_series = {s["tag"]: s for s in tab["series"]}
+        for series in cli_run["series"]:
+            assert series["samples"] == LONG_POINTS
+            thinned = tab_series[series["tag"]]
+            assert thinned["samples"] == plugin_lib.DEFAULT_SAMPLES_PER_TAG
+            assert thinned["last_step"] == LONG_POINTS - 1  # the reservoir keeps the latest point
+            assert thinned["verdict"] == series["verdict"], (name, series["tag"])
+        assert tab["verdict"] == cli_run["verdict"], name
