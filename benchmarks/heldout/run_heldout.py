@@ -192,11 +192,11 @@ def _print_table(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--slice", choices=("tune", "holdout", "all"), default="all")
+    ap.add_argument("--slice", choices=("tune", "holdout", "holdout2", "all"), default="all")
     ap.add_argument("--logdir", default=None, help="where the runs go (default: a new temp dir, kept)")
     ap.add_argument("--only", default=None, help="run only scenarios whose name contains this (or matches this regex)")
     ap.add_argument("--jobs", type=int, default=1, help="variants run in parallel (default 1)")
-    ap.add_argument("--show-holdout", action="store_true", help="print per-run rows for the holdout slice too")
+    ap.add_argument("--show-holdout", action="store_true", help="print per-run rows for the holdout slices too")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per variant before it is killed")
     ap.add_argument("--steps", type=int, default=None, help="override every scenario's STEPS (smoke runs)")
     ap.add_argument("--json", default=None, help="also write the scored rows and totals to this file")
@@ -251,7 +251,7 @@ def main(argv=None):
                          "verdict_ok": ok, "culprit_ok": culprit_ok, "top3": top3, "pass": passed,
                          "wall": res["wall"], "stderr_tail": res["stderr_tail"]})
 
-    shown = [r for r in rows if r["slice"] != "holdout" or args.show_holdout]
+    shown = [r for r in rows if not r["slice"].startswith("holdout") or args.show_holdout]
     print()
     if shown:
         _print_table(shown)
@@ -260,7 +260,7 @@ def main(argv=None):
         print("(%d holdout runs not shown; --show-holdout to list them)" % hidden)
     print()
     totals = {}
-    for label in ("tune", "holdout"):
+    for label in ("tune", "holdout", "holdout2"):
         sub = [r for r in rows if r["slice"] == label]
         if sub:
             totals[label] = _totals(sub)
@@ -270,7 +270,7 @@ def main(argv=None):
     print("runs took %.0f s, analysis %.1f s" % (run_seconds, analyze_seconds))
 
     if args.json:
-        public = rows if args.show_holdout else [r for r in rows if r["slice"] != "holdout"]
+        public = rows if args.show_holdout else [r for r in rows if not r["slice"].startswith("holdout")]
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"logdir": logdir, "rows": public, "totals": totals}, fh, indent=2)
     return 0
