@@ -230,3 +230,63 @@ def test_a_count_that_grows_only_between_full_collections_is_not_a_leak():
     report = build_run_report(_run(_object_counts(walks, [1, 21, 41, 61, 75], name="app.Record"),
                                    *_walk_series(walks, [1, 1, 1, 1, 1], [0, 0, 0, 0, 0])))
     assert "app.Record" in [c.name for c in report.culprits]
+
+
+def test_memory_inside_a_profiler_window_is_left_out():
+    # The profiler's buffers grow the C allocator's bytes inside the window
+    # the program asked for, and are freed when it stops.
+    steps = np.arange(600)
+    rng = np.random.default_rng(5)
+    malloc = 3e8 + rng.normal(0, 2e3, 600)
+    malloc[200:300] += np.linspace(0, 40 * MiB, 100)  # a ramp inside the window, freed at its end
+    window = _series("profiler", "recording", "flag", [200, 300], [1.0, 0.0])
+    series = _series("process", "malloc_bytes", "bytes", steps, malloc)
+    report = build_run_report(_run(series, window, _available(steps)))
+    judged = {s.tag: s for s in report.series}["leak/process/malloc_bytes"]
+    assert judged.trend.samples == 500
+    assert report.verdict == "no_leak", report.reason
+    # A window that never closes runs to the end of the run, and too few
+    # points outside any window leave the series as it is.
+    open_window = _series("profiler", "recording", "flag", [590], [1.0])
+    report = build_run_report(_run(series, open_window, _available(steps)))
+    assert {s.tag: s for s in report.series}["leak/process/malloc_bytes"].trend.samples <= 590
+    everything = _series("profiler", "recording", "flag", [0], [1.0])
+    report = build_run_report(_run(series, everything, _available(steps)))
+    assert {s.tag: s for s in report.series}["leak/process/malloc_bytes"].trend.samples == 600
+
+
+def test_the_whole_certifies_its_parts_and_the_parts_their_whole():
+    steps = np.arange(800)
+    rng = np.random.default_rng(6)
+    flat_rss = _series("process", "rss_anon_bytes", "bytes", steps, 5e8 + rng.normal(0, 3e3, 800))
+    # A C allocator too noisy to decide on its own (a wandering level).
+    wander = np.cumsum(rng.normal(0, 2e5, 800))
+    noisy_malloc = _series("process", "malloc_bytes", "bytes", steps, 3e8 + wander - wander.mean())
+    report = build_run_report(_run(flat_rss, noisy_malloc, _available(steps)))
+    by_tag = {s.tag: s for s in report.series}
+    assert by_tag["leak/process/rss_anon_bytes"].verdict == "no_leak"
+    assert by_tag["leak/process/malloc_bytes"].verdict == "inconclusive"
+    assert report.verdict == "no_leak", report.reason
+    # RSS that wanders while every part present is certified flat.
+    noisy_rss = _series("process", "rss_anon_bytes", "bytes", steps, 5e8 + wander - wander.mean())
+    flat_malloc = _series("process", "malloc_bytes", "bytes", steps, 3e8 + rng.normal(0, 1e3, 800))
+    blocks = _series("python", "allocated_blocks", "blocks", steps, 2e5 + rng.normal(0, 20, 800))
+    report = build_run_report(_run(noisy_rss, flat_malloc, blocks, _available(steps)))
+    assert {s.tag: s for s in report.series}["leak/process/rss_anon_bytes"].verdict == "inconclusive"
+    assert report.verdict == "no_leak", report.reason
+    # Device memory is its own: a GPU allocator that cannot decide keeps the run open.
+    gpu = _series("tf", "bytes_in_use", "bytes", steps, 2e9 + wander * 10 - wander.mean() * 10, subject="GPU:0")
+    report = build_run_report(_run(flat_rss, flat_malloc, blocks, gpu, _available(steps)))
+    assert {s.tag: s for s in report.series}[gpu.tag].verdict == "inconclusive"
+    assert report.verdict == "inconclusive", report.reason
+
+
+def test_a_no_leak_run_says_what_it_rules_out():
+    steps = np.arange(500)
+    rng = np.random.default_rng(7)
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 3e8 + rng.normal(0, 1e3, 500))
+    report = build_run_report(_run(malloc, _available(steps)))
+    assert report.verdict == "no_leak"
+    assert "no leak above" in report.reason
+    series = report.series[0].to_dict()
+    assert series["materiality"] > 0 and series["slope_ci"][1] < series["materiality"]
