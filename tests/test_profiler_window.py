@@ -92,3 +92,26 @@ def test_profiler_window_never_raises(monkeypatch, caplog):
     window.on_step_end(0)
     assert window.state == "failed" and "not imported" in window.error
     assert ProfilerWindow("/logs", 5, 5).state == "failed"
+
+
+def test_the_monitor_records_the_window_and_closes_it_at_close(monkeypatch, tmp_path):
+    # (TensorFlow's profiler is replaced by a recorder: what is under test is
+    # the window's record in the run, which the analysis leaves out of memory.)
+    from tb_leak_plugin.analysis.report import build_run_report
+    from tb_leak_plugin.capture.monitor import Monitor
+    from tb_leak_plugin.eventfile.reader import load_run
+
+    monkeypatch.setitem(sys.modules, "tensorflow", FakeTensorFlow())
+    kept = []
+    monitor = Monitor(str(tmp_path / "run"), profile_steps=(10, 10**6), trace_leaks=False)
+    for step in range(300):
+        if step >= 50:
+            kept.append(bytearray(1 << 20))  # 250 MiB kept while the window is still open
+        monitor.sample(step)
+    monitor.close()
+    run = load_run("run", str(tmp_path / "run"))
+    window = run.series["leak/profiler/recording"]
+    assert window.values.tolist() == [1.0, 0.0] and int(window.steps[-1]) == 299
+    report = build_run_report(run)
+    assert report.verdict == "leak", report.reason
+    assert any("profiler windows span" in w for w in report.warnings)

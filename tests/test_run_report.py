@@ -245,14 +245,16 @@ def test_memory_inside_a_profiler_window_is_left_out():
     judged = {s.tag: s for s in report.series}["leak/process/malloc_bytes"]
     assert judged.trend.samples == 500
     assert report.verdict == "no_leak", report.reason
-    # A window that never closes runs to the end of the run, and too few
-    # points outside any window leave the series as it is.
-    open_window = _series("profiler", "recording", "flag", [590], [1.0])
+    # A window that never closes is not one (it would hide the rest of the
+    # run), and windows that span most of the run hide nothing, with a warning.
+    open_window = _series("profiler", "recording", "flag", [10], [1.0])
     report = build_run_report(_run(series, open_window, _available(steps)))
-    assert {s.tag: s for s in report.series}["leak/process/malloc_bytes"].trend.samples <= 590
-    everything = _series("profiler", "recording", "flag", [0], [1.0])
-    report = build_run_report(_run(series, everything, _available(steps)))
     assert {s.tag: s for s in report.series}["leak/process/malloc_bytes"].trend.samples == 600
+    leak = _series("process", "malloc_bytes", "bytes", steps, 3e8 + 64 * 1024.0 * steps)
+    most = _series("profiler", "recording", "flag", [50, 590], [1.0, 0.0])
+    report = build_run_report(_run(leak, most, _available(steps)))
+    assert report.verdict == "leak", report.reason
+    assert any("profiler windows span" in w for w in report.warnings)
 
 
 def test_the_whole_certifies_its_parts_and_the_parts_their_whole():

@@ -51,7 +51,11 @@ def regress(x_cols, y, min_inflation=1.0, resolution=0.0, inflation=None):
     the series can show (one object of a count); residuals within two of it
     are counting noise, whose autocorrelation means nothing. ``inflation``:
     use this inflation instead of estimating it from the residuals."""
-    design = np.column_stack([np.ones(y.size)] + list(x_cols))
+    # Columns centred (and the intercept restored after): steps far from
+    # zero (a run resumed at step 10**12) must not swamp the intercept.
+    cols = [np.asarray(c, dtype=np.float64) for c in x_cols]
+    means = [float(c.mean()) for c in cols]
+    design = np.column_stack([np.ones(y.size)] + [c - m for c, m in zip(cols, means)])
     k = design.shape[1]
     beta = np.linalg.lstsq(design, y, rcond=None)[0]
     resid = y - design @ beta
@@ -74,6 +78,17 @@ def regress(x_cols, y, min_inflation=1.0, resolution=0.0, inflation=None):
         se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)
     except np.linalg.LinAlgError:
         se = np.full(k, math.inf)
+    # Back to the caller's columns: the intercept at zero, its error through the slopes.
+    beta = beta.copy()
+    shift = np.array([0.0] + means)
+    beta[0] -= float(beta[1:] @ shift[1:])
+    if k > 1 and np.all(np.isfinite(se)):
+        try:
+            vec = np.r_[1.0, -shift[1:]]
+            se = se.copy()
+            se[0] = math.sqrt(max(float(vec @ cov @ vec) * sigma2 * inflation, 0.0))
+        except (NameError, ValueError):
+            pass
     return Regression(beta, se, max(1.0, dof / inflation), resid, sigma2, inflation)
 
 

@@ -189,8 +189,8 @@ def _with_earlier_points(series: Series) -> Series:
 
 def _profiler_windows(run: RunData) -> list:
     """(start, stop) steps of the profiler windows the monitor recorded
-    (``leak/profiler/recording``: 1 where one starts, 0 where it stops; a
-    window still open runs to the end)."""
+    (``leak/profiler/recording``: 1 where one starts, 0 where it stops). A
+    window that never closes is not one: it would hide the rest of the run."""
     series = run.series.get("leak/profiler/recording")
     if series is None or not len(series):
         return []
@@ -201,12 +201,16 @@ def _profiler_windows(run: RunData) -> list:
         elif value == 0.0 and start is not None:
             windows.append((start, step))
             start = None
-    if start is not None:
-        windows.append((start, 2 ** 62))
     return windows[:64]
 
 
-def _outside(series: Series, windows) -> Series:
+# A profiler window may hide at most this share of a memory series' points:
+# a window that spans most of a run (crafted data, or a program that profiles
+# it all) would otherwise hide the run's memory from its verdict.
+MAX_MASKED_SHARE = 0.25
+
+
+def _outside(series: Series, windows, warnings: list) -> Series:
     """A memory series without its points inside profiler windows: the
     profiler's buffers are not the program's memory."""
     if not windows or not len(series):
@@ -214,7 +218,13 @@ def _outside(series: Series, windows) -> Series:
     keep = np.ones(len(series), dtype=bool)
     for start, stop in windows:
         keep &= ~((series.steps >= start) & (series.steps < stop))
-    if keep.all() or np.count_nonzero(keep) < 4:
+    if keep.all():
+        return series
+    if np.count_nonzero(~keep) > MAX_MASKED_SHARE * len(series):
+        note = (f"profiler windows span more than {MAX_MASKED_SHARE:.0%} of the run's memory samples: "
+                f"their memory is judged with the rest")
+        if note not in warnings:
+            warnings.append(note)
         return series
     return Series(series.tag, series.info, series.steps[keep], series.wall_times[keep], series.values[keep])
 
@@ -234,7 +244,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     """
     warnings = list(run.warnings)
     traces = holders.read_traces([s for s in run.series.values() if s.info.group == HELD_BY_GROUP], warnings)
-    reports = _assess_all(run)
+    reports = _assess_all(run, warnings)
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:
         by_role.setdefault(report.role, []).append(report)
@@ -286,14 +296,14 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     )
 
 
-def _assess_all(run: RunData) -> list[SeriesReport]:
+def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
     """Every series of the run judged (memory outside profiler windows), one
     training speed for all, and leaks held to the run's false-discovery rate."""
     available = _available_bytes(run)
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     full = run.series.get("leak/gc/full_collection")
     windows = _profiler_windows(run)
-    reports = [assess(_outside(_with_earlier_points(series), windows)
+    reports = [assess(_outside(_with_earlier_points(series), windows, warnings)
                       if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
                       available, measures, full)
                for series in run.series.values() if series.info.group != HELD_BY_GROUP]
@@ -579,7 +589,8 @@ def _covered(memory) -> list:
     """The judged memory series that are certified, directly or through the whole or its parts."""
     whole_ok = any(r.measure in _WHOLES and r.trend.verdict == "no_leak" for r in memory)
     parts = [r for r in memory if r.measure in _PARTS and _host(r)]
-    parts_ok = bool(parts) and all(r.trend.verdict == "no_leak" for r in parts)
+    # Only the C allocator sees native memory: without it the parts do not add up to the whole.
+    parts_ok = any(r.measure == "malloc_bytes" for r in parts) and all(r.trend.verdict == "no_leak" for r in parts)
     out = []
     for r in memory:
         if r.trend.verdict == "no_leak" or (r.measure in _PARTS and _host(r) and whole_ok) \

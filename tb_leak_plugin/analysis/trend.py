@@ -105,6 +105,8 @@ class _Fit:
     jump: float           # fitted jump into the current segment (0 if none)
     used: int             # points in the current segment
     shift: float = 0.0    # one level shift inside the current segment, if fitted
+    readings: list = dataclasses.field(default_factory=list)  # (slope, se, df) of each reading
+    refill: float = 0.0   # the drop a growth right after one reset may be refilling
 
 
 def assess_series(steps, values, wall_times=None, *, unit="bytes", available_bytes=None,
@@ -249,18 +251,33 @@ def _fit_current(t, y, unit, policy) -> _Fit:
         # leak's onset), which would bias the slope. They are left out.
         s = min(s + int(policy.trim_share * (y.size - s)), y.size - policy.min_segment)
     tt, yy = t[s:], y[s:]
-    cols = [tt - tt[0]]
-    shift = _level_shift(tt, yy, noise_var, policy)
-    if shift:
-        cols.append((np.arange(yy.size) >= shift).astype(np.float64))
+    counting = res if unit != "bytes" else 0.0
     # The noise is one process throughout (the model's assumption): its
     # autocorrelation, estimated on every segment, bounds the current one's.
-    reg = regress(cols, yy, min_inflation=pooled, resolution=res if unit != "bytes" else 0.0)
+    reg = regress([tt - tt[0]], yy, min_inflation=pooled, resolution=counting)
+    readings = [(float(reg.beta[1]), float(reg.se[1]), float(reg.df))]
+    shift = _level_shift(tt, yy, noise_var, policy)
+    if shift:
+        # One level shift inside the segment. A rise is read both ways (a
+        # one-off step, or a stair of a staircase): each claim must hold under
+        # both readings. A fall (a release) is only one: growth besides it.
+        step_col = (np.arange(yy.size) >= shift).astype(np.float64)
+        reg = regress([tt - tt[0], step_col], yy, min_inflation=pooled, resolution=counting)
+        besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
+        readings = [besides] + (readings if reg.beta[2] > 0 else [])
+    refill = 0.0
+    if resets.size == 1 and int(resets[0]) + 1 >= s - policy.min_segment:
+        # Growth right after the series was cut down may be a buffer refilling:
+        # it is a leak only once it has grown past what the drop let go.
+        r = int(resets[0])
+        drop = float(y[r] - y[r + 1])
+        if readings[0][0] * float(t[-1] - t[r + 1]) < drop:
+            refill = drop
     jump = float(reg.beta[0] - y[s - 1]) if s > 0 else 0.0
-    return _Fit(t_start=float(tt[0]), level=float(reg.beta[0]), slope=float(reg.beta[1]),
-                se=float(reg.se[1]), df=float(reg.df), noise=_noise(reg.resid, res),
+    return _Fit(t_start=float(tt[0]), level=float(reg.beta[0]), slope=readings[0][0],
+                se=readings[0][1], df=readings[0][2], noise=_noise(reg.resid, res),
                 segments=int(starts.size), resets=0, jump=jump, used=int(yy.size),
-                shift=float(reg.beta[2]) if shift else 0.0)
+                shift=float(reg.beta[2]) if shift else 0.0, readings=readings, refill=refill)
 
 
 def _local_noise(t, y) -> float:
@@ -369,7 +386,7 @@ def _segment(t, y, noise_var, policy, max_segments=None) -> np.ndarray:
     tp = t[r:].reshape(m, k).mean(axis=1)
     yp = y[r:].reshape(m, k).mean(axis=1)
     scale = float(np.max(np.abs(yp - yp[0])))
-    if not scale > 0:
+    if not scale > 1e-150:  # flat, or so small its squares underflow
         return np.zeros(1, dtype=int)
     x = (tp - tp[0]) / max(float(tp[-1] - tp[0]), 1e-300)
     z = (yp - yp[0]) / scale
@@ -418,13 +435,22 @@ def _segment_residuals(t, y, starts):
 # --------------------------------------------------------------------------- decision
 
 
+def _p_above(b, se, df, bar):
+    """One-sided p that the slope is at most ``bar`` (small: it is above)."""
+    return t_sf((b - bar) / se, df) if se > 0 else float(b <= bar)
+
+
 def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy) -> TrendResult:
     b, se, df = fit.slope, fit.se, max(fit.df, 1.0)
-    if se > 0:
-        p_leak = t_sf((b - material) / se, df)
-        half = t_ppf(0.975, df) * se
-    else:
-        p_leak, half = float(b <= material), 0.0
+    readings = fit.readings or [(b, se, df)]
+    clean_bar = material / policy.clean_horizon
+    # Each claim must hold under every reading of the segment.
+    p_leak = max(_p_above(rb, rse, max(rdf, 1.0), material) for rb, rse, rdf in readings)
+    p_clean = max(1.0 - _p_above(rb, rse, max(rdf, 1.0), clean_bar) if rse > 0 else float(rb >= clean_bar)
+                  for rb, rse, rdf in readings)
+    if fit.refill:
+        p_leak = 1.0
+    half = t_ppf(0.975, df) * se if se > 0 else 0.0
     lo, hi = b - half, b + half
     sps = _steps_per_second(t, w, fit.t_start)
     seg = t[-1] - fit.t_start
@@ -437,11 +463,6 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
                   samples=n, noise=fit.noise, unit=unit, dropped_samples=dropped, materiality=material,
                   fit=_fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi),
                   total_growth=b * seg, seconds_to_exhaustion=None, steps_to_exhaustion=None)
-    clean_bar = material / policy.clean_horizon
-    if se > 0:
-        p_clean = t_sf((clean_bar - b) / se, df)
-    else:
-        p_clean = float(b >= clean_bar)
     if p_leak < policy.alpha_leak:
         steps_ex = _exhaustion(unit, available_bytes, b)
         common.update(steps_to_exhaustion=steps_ex,
@@ -462,7 +483,10 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
     steps_needed = _decide_steps(b, se, df, material, span, policy)
     more = (f"; about {_count(steps_needed)} more steps would decide at this rate" if steps_needed
             else "")
-    if b > clean_bar:
+    if fit.refill:
+        why = (f"grows since a drop of {_fmt(fit.refill, unit)}, not yet past it: a buffer refilling "
+               f"or a leak")
+    elif b > clean_bar:
         why = f"growth not yet shown above the {bar} that is material (lower bound too low)"
     else:
         why = f"growth not yet bounded under {clean_txt} (upper bound too high)"

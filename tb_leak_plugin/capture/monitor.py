@@ -465,7 +465,11 @@ class Monitor:
         self._after_unlock()
         if self._profiler is not None:
             try:
+                was = self._profiler.recording
                 self._profiler.close()
+                if was and self._step >= 0:
+                    # The window ends here: the analysis leaves out only what it spanned.
+                    self._write_extra(self._step, [(_PROFILER_INFO, 0.0)], time.time())
             except Exception as error:
                 self._log_once(f"profiler stop failed: {error}")
         try:
