@@ -13,6 +13,8 @@ message class is built from a descriptor at import time.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tensorboard.compat.proto import summary_pb2
@@ -219,3 +221,32 @@ def parse_plugin_metadata(content: bytes) -> SeriesInfo:
         group=message.group, measure=message.measure, unit=message.unit, subject=message.subject,
         detail=message.detail,
     )
+
+
+# A series measured against a memory limit (``process/available_bytes``, a
+# device's ``tf/<device>/bytes_in_use``) names it in ``detail``:
+# ``{"limit": name, "limit_bytes": size}``.
+
+def limit_detail(name: str, limit_bytes: float) -> str:
+    """The ``detail`` (JSON) of a series measured against a limit."""
+    out = {"limit": name}
+    if isinstance(limit_bytes, (int, float)) and math.isfinite(limit_bytes) and limit_bytes > 0:
+        out["limit_bytes"] = int(limit_bytes)
+    return json.dumps(out, sort_keys=True)
+
+
+def parse_limit_detail(detail: str) -> tuple[str, float | None] | None:
+    """``(limit name, limit bytes or None)`` from a series' detail, or None
+    when it names no limit (series written before limits were recorded)."""
+    if not detail or '"limit"' not in detail:
+        return None
+    try:
+        data = json.loads(detail)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("limit"), str) or not data["limit"]:
+        return None
+    size = data.get("limit_bytes")
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not (math.isfinite(size) and size > 0):
+        size = None
+    return data["limit"][:80], (float(size) if size is not None else None)

@@ -81,6 +81,12 @@ class EventWriter:
         if fresh:
             event.summary.CopyFrom(sample_to_summary_pb(fresh))
             for info, _value in fresh:
+                if info.detail:
+                    # A series whose detail changed (the memory limit it is
+                    # measured against): forget the tag's other metadata, so
+                    # that a change back is written again too.
+                    for other in [known for known in prefixes if known.tag == info.tag]:
+                        del prefixes[other]
                 prefixes[info] = _value_prefix(info.tag)
         if known:
             event.summary.MergeFromString(known)

@@ -20,7 +20,7 @@ from tb_leak_plugin.analysis.policy import POLICY
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
-from tb_leak_plugin.metadata import HELD_BY_GROUP
+from tb_leak_plugin.metadata import HELD_BY_GROUP, parse_limit_detail
 
 # How a series takes part in the verdict.
 ROLE_MEMORY = "memory"      # bytes of process, heap, allocator: the verdict itself
@@ -230,11 +230,34 @@ def _outside(series: Series, windows, warnings: list) -> Series:
 
 
 def _available_bytes(run: RunData) -> float | None:
+    return _memory_left(run)[0]
+
+
+def _memory_left(run: RunData) -> tuple[float | None, tuple | None]:
+    """Memory left to the process at its last sample, and the limit it is
+    left under (``(name, bytes)`` from the series' detail; None for logdirs
+    written before limits were recorded, where it is the host's)."""
     series = run.series.get("leak/process/available_bytes")
     if series is None or not len(series):
-        return None
+        return None, None
     finite = series.values[np.isfinite(series.values)]
-    return float(finite[-1]) if finite.size else None
+    if not finite.size:
+        return None, None
+    return float(finite[-1]), parse_limit_detail(series.info.detail)
+
+
+def _left_for(series: Series, process_left: tuple) -> tuple[float | None, tuple | None]:
+    """The memory a series runs out of: a device's own memory for an
+    accelerator's allocator (its limit from the series' detail; none known,
+    no projection), the process's limit for everything else."""
+    info = series.info
+    if info.group == "tf" and info.subject and not info.subject.startswith("CPU"):
+        limit = parse_limit_detail(info.detail)
+        finite = series.values[np.isfinite(series.values)]
+        if limit is None or limit[1] is None or not finite.size:
+            return None, None
+        return max(limit[1] - float(finite[-1]), 0.0), limit
+    return process_left
 
 
 def build_run_report(run: RunData, trace_report=None) -> RunReport:
@@ -299,14 +322,21 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
 def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
     """Every series of the run judged (memory outside profiler windows), one
     training speed for all, and leaks held to the run's false-discovery rate."""
-    available = _available_bytes(run)
+    process_left = _memory_left(run)
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     full = run.series.get("leak/gc/full_collection")
     windows = _profiler_windows(run)
-    reports = [assess(_outside(_with_earlier_points(series), windows, warnings)
-                      if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
-                      available, measures, full)
-               for series in run.series.values() if series.info.group != HELD_BY_GROUP]
+    reports = []
+    for series in run.series.values():
+        if series.info.group == HELD_BY_GROUP:
+            continue
+        available, limit = _left_for(series, process_left)
+        report = assess(_outside(_with_earlier_points(series), windows, warnings)
+                        if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
+                        available, measures, full)
+        if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
+            report.memory_limit, report.memory_limit_bytes = limit
+        reports.append(report)
     _one_rate(reports, run)
     _false_discovery_control(reports)
     return reports

@@ -31,6 +31,10 @@ class SeriesReport:
     last_step: int | None
     last_value: float | None
     trend: TrendResult | None
+    #: The memory limit the time to exhaustion is projected against (its
+    #: name, e.g. "cgroup v2 memory.max", and size); None when not known.
+    memory_limit: str | None = None
+    memory_limit_bytes: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -50,6 +54,8 @@ class SeriesReport:
             "first_step": self.first_step,
             "last_step": self.last_step,
             "last_value": finite_or_none(self.last_value),
+            "memory_limit": self.memory_limit,
+            "memory_limit_bytes": finite_or_none(self.memory_limit_bytes),
         }
         for key, value in trend.items():
             out.setdefault(key, value)

@@ -50,7 +50,7 @@ import time
 from tb_leak_plugin.capture import referrers
 from tb_leak_plugin.capture.probes import _function_types, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
-from tb_leak_plugin.units import printable
+from tb_leak_plugin.units import format_bytes, printable
 
 # Points kept per series for the analysis while the loop runs.
 MAX_POINTS = 256
@@ -161,8 +161,18 @@ class History:
             if groups is not None and info.group not in groups:
                 continue
             n = int(self._counts[row])
-            run.series[info.tag] = Series.from_points(info.tag, info, self._steps[row, :n].copy(),
-                                                      self._walls[row, :n].copy(), self._values[row, :n].copy())
+            steps, walls, values = self._steps[row, :n].copy(), self._walls[row, :n].copy(), self._values[row, :n].copy()
+            earlier = run.series.get(info.tag)
+            if earlier is not None and not n:
+                continue
+            if earlier is not None and len(earlier):
+                # One series under two infos (the memory limit it is measured
+                # against changed): one series, named by its newest info.
+                if earlier.steps[-1] > steps[-1]:
+                    info = earlier.info
+                steps, walls, values = (np.concatenate((a, b)) for a, b in (
+                    (earlier.steps, steps), (earlier.wall_times, walls), (earlier.values, values)))
+            run.series[info.tag] = Series.from_points(info.tag, info, steps, walls, values)
         for info, step, wall_time, value in held_by:
             run.series[info.tag] = Series.from_points(info.tag, info, [step], [wall_time], [value])
         return run
@@ -727,6 +737,11 @@ def time_left(report) -> str:
         return "time to running out of memory: not projected (no memory series grows, or none is known)"
     hours = seconds / 3600.0
     when = f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.1f} h" if hours >= 1 else f"{seconds / 60:.0f} min"
+    limit = getattr(primary, "memory_limit", None)
+    if limit:
+        size = getattr(primary, "memory_limit_bytes", None)
+        of = f" of {format_bytes(size)}" if size else ""
+        return f"out of memory in ~{when} at this rate ({limit}{of})"
     return f"out of memory in ~{when} at this rate"
 
 

@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 import psutil
 
+from tb_leak_plugin.capture import limits
 from tb_leak_plugin.metadata import SeriesInfo
 
 Sample = list[tuple[SeriesInfo, float]]
@@ -59,26 +60,43 @@ class Probe:
 
 class ProcessProbe(Probe):
     """Resident set size of this process, its anonymous part, and memory still
-    available to the system.
+    available to it.
 
     RSS includes file-backed pages (TensorFlow's shared libraries alone are
     ~300 MiB) that the host may evict or page back in at any time; a leak
     grows the anonymous part, ``rss - shared`` from the same reading (Linux),
     which is what the verdict judges.
+
+    ``available_bytes`` is what is left under the limit that leaves least: the
+    container's cgroup limit, ``RLIMIT_AS``/``RLIMIT_DATA``, or the host's
+    available memory (see ``capture/limits.py``); the series' ``detail`` names
+    that limit and its size (``{"limit": ..., "limit_bytes": ...}``), which
+    the time-to-out-of-memory projection reports.
     """
 
     name = "process"
 
     def __init__(self):
         self._process = psutil.Process()
+        self._available_infos: dict[tuple, SeriesInfo] = {}
+
+    def _available_info(self, name: str, limit_bytes: float) -> SeriesInfo:
+        key = (name, limit_bytes)
+        info = self._available_infos.get(key)
+        if info is None:
+            if len(self._available_infos) > 64:
+                self._available_infos.clear()
+            info = self._available_infos[key] = SeriesInfo(
+                "process", "available_bytes", "bytes", detail=limits.limit_detail(name, limit_bytes))
+        return info
 
     def sample(self, objects=None) -> Sample:
         info = self._process.memory_info()
-        available = psutil.virtual_memory().available
-        sample = [
-            (SeriesInfo("process", "rss_bytes", "bytes"), float(info.rss)),
-            (SeriesInfo("process", "available_bytes", "bytes"), float(available)),
-        ]
+        sample = [(SeriesInfo("process", "rss_bytes", "bytes"), float(info.rss))]
+        left = limits.memory_left(info)
+        if left is not None:
+            available, limit_name, limit_bytes = left
+            sample.append((self._available_info(limit_name, limit_bytes), float(available)))
         shared = getattr(info, "shared", None)
         if shared is not None:
             sample.append((SeriesInfo("process", "rss_anon_bytes", "bytes"), float(max(info.rss - shared, 0))))
@@ -170,6 +188,18 @@ class TFAllocatorProbe(Probe):
     def __init__(self, on_skip=None):
         self._devices: list[str] | None = None
         self._on_skip = on_skip or (lambda message: None)
+        self._in_use: dict[str, SeriesInfo] = {}
+
+    def _in_use_info(self, tf, device: str) -> SeriesInfo:
+        """The ``bytes_in_use`` series of ``device``; on an accelerator its
+        ``detail`` names the device's memory limit (looked up once), against
+        which the analysis projects time to out-of-memory."""
+        info = self._in_use.get(device)
+        if info is None:
+            limit = limits.device_memory_limit(tf, device) if not device.startswith("CPU") else None
+            detail = limits.limit_detail(f"{device} memory", limit) if limit else ""
+            info = self._in_use[device] = SeriesInfo("tf", "bytes_in_use", "bytes", device, detail=detail)
+        return info
 
     def _list_devices(self, tf) -> list[str]:
         names = []
@@ -193,7 +223,7 @@ class TFAllocatorProbe(Probe):
                 self._devices.remove(device)
                 self._on_skip(f"TensorFlow allocator on {device} keeps no statistics ({error}); skipped")
                 continue
-            sample.append((SeriesInfo("tf", "bytes_in_use", "bytes", device), float(info["current"])))
+            sample.append((self._in_use_info(tf, device), float(info["current"])))
             sample.append((SeriesInfo("tf", "peak_bytes", "bytes", device), float(info["peak"])))
         return sample
 

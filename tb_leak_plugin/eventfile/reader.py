@@ -530,6 +530,8 @@ def _add_event(event, seq, columns, rejected, path, warnings) -> None:
             if column is None:
                 continue
             columns[tag] = column
+        elif value.HasField("metadata") and column.info.detail:
+            _update_limit(column, value)
         number = scalar_value(value)
         if number is None:
             continue
@@ -537,6 +539,23 @@ def _add_event(event, seq, columns, rejected, path, warnings) -> None:
         column.steps.append(step)
         column.wall_times.append(wall_time)
         column.values.append(number)
+
+
+def _update_limit(column, value) -> None:
+    """A series measured against a memory limit whose limit changed while the
+    job ran (a limit names itself in ``detail``): the newest limit is the one
+    its last points are measured against."""
+    plugin_data = value.metadata.plugin_data
+    if plugin_data.plugin_name != metadata.PLUGIN_NAME or b'"limit"' not in plugin_data.content:
+        return
+    try:
+        info = metadata.parse_plugin_metadata(plugin_data.content)
+    except metadata.PluginDataError:
+        return
+    old = column.info
+    if (info.group, info.measure, info.unit, info.subject) == (old.group, old.measure, old.unit, old.subject) \
+            and metadata.parse_limit_detail(info.detail) is not None and type(info) is type(old):
+        column.info = info
 
 
 def _new_column(value, tag, path, rejected, warnings):

@@ -115,6 +115,17 @@ def trace_lines(culprit: dict) -> list[str]:
     return lines
 
 
+def _limit_text(series: dict) -> str:
+    """`` (cgroup v2 memory.max of 512 MiB)``: the limit a projection to
+    out-of-memory is against; empty when the run did not record it."""
+    name = series.get("memory_limit")
+    if not isinstance(name, str) or not name:
+        return ""
+    size = series.get("memory_limit_bytes")
+    size_text = f" of {human_bytes(size)}" if isinstance(size, (int, float)) and size > 0 else ""
+    return printable(f" ({name}{size_text})")
+
+
 def format_text(report: dict) -> str:
     """A readable report: one block per run, series table, culprits and hints.
 
@@ -147,7 +158,8 @@ def format_text(report: dict) -> str:
                 growth = human_amount(s.get("slope_per_step"), s["unit"], True)
                 lines.append(f"     {tag:<{width}}  {s['verdict']:<12}  {growth:>16}  {_ci_text(s):>28}  {s['samples']}")
                 if s["verdict"] == "leak" and s.get("seconds_to_exhaustion") is not None:
-                    lines.append(f"     {'':<{width}}  out of memory in ~{human_duration(s['seconds_to_exhaustion'])} at this rate")
+                    lines.append(f"     {'':<{width}}  out of memory in ~{human_duration(s['seconds_to_exhaustion'])} "
+                                 f"at this rate{_limit_text(s)}")
             if hidden:
                 lines.append(f"     (+{hidden} more series without growth; --format json lists every series)")
         if run["culprits"]:
