@@ -434,3 +434,18 @@ def test_real_cgroup_limit(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def test_online_check_merges_a_series_whose_limit_changed_and_names_the_limit():
+    from tb_leak_plugin.capture import online
+
+    history = online.History()
+    host = SeriesInfo("process", "available_bytes", "bytes", detail=limit_detail(limits.HOST, HOST))
+    cgroup = SeriesInfo("process", "available_bytes", "bytes", detail=limit_detail(limits.CGROUP_V2, GiB))
+    for step, info in enumerate([host, host, cgroup, cgroup, host, cgroup]):
+        history.record(step, 1e9 + step, [(info, 5e8 - step)])
+    series = history.run_data("run").series["leak/process/available_bytes"]
+    assert list(series.steps) == list(range(6)) and series.info == cgroup
+
+    report = build_run_report(_leaky_run(limit_detail(limits.CGROUP_V2, 512 * MiB)))
+    assert online.time_left(report).endswith("at this rate (cgroup v2 memory.max of 512.0 MiB)")
