@@ -65,6 +65,7 @@ setup(
     entry_points={
         "tensorboard_plugins": ["leak = tb_leak_plugin.plugin.leak_plugin:LeakPluginLoader"],
         "console_scripts": ["tb-leak = tb_leak_plugin.reporting.cli:main"],
+        "pytest11": ["tb_leak = tb_leak_plugin.pytest_plugin"],
     },
     classifiers=["Programming Language :: Python :: 3", "Framework :: TensorFlow"],
 )
