@@ -461,3 +461,37 @@ def test_million_points_are_fast():
     # The benchmark holds the 100 ms target; here only guard against a blow-up
     # on a shared CI machine.
     assert elapsed < 2.0, f"{elapsed * 1e3:.0f} ms"
+
+
+# --------------------------------------------------------------------------- a hostile review's cases
+
+
+def test_a_leak_that_comes_in_stairs_is_never_certified():
+    # +30 MB every 5,000 steps (a per-epoch leak), four stairs so far.
+    m = 2250
+    steps = np.arange(m) * 10
+    values = 1e9 + 0.03e9 * np.floor(np.arange(m) / 500)
+    assert assess_series(steps, values).verdict != "no_leak"
+    for period, size in ((100, 0.01), (300, 0.02), (500, 0.03)):
+        t = np.arange(3000)
+        y = 1e9 * (1 + size * np.floor(t / period)) + noise(3000, 40, sd=1e5)
+        verdicts = [assess_series(t[:k], y[:k]).verdict for k in range(2 * period + 100, 3001, 300)]
+        assert "no_leak" not in verdicts, (period, verdicts)
+
+
+def test_one_drop_then_a_ramp_is_not_a_leak_until_it_grows_past_the_drop():
+    # A buffer seen cleared once, refilling: not a leak on its own.
+    steps = np.arange(30) * 10
+    assert assess_series(steps, 1e9 + 2e7 * ((np.arange(30) % 20) / 20)).verdict != "leak"
+
+
+def test_a_rise_between_early_walks_and_the_one_at_close_is_not_a_leak():
+    # Four walks early, one at close, thirteen more types at the end.
+    result = assess_series([0, 9, 16, 25, 399], [6998.0, 6998.0, 6998.0, 6998.0, 7011.0], unit="count")
+    assert result.verdict != "leak", result.reason
+
+
+def test_steps_far_from_zero_and_tiny_values():
+    flat = 1e9 + np.random.default_rng(0).normal(0, 1e6, 1001)
+    assert assess_series(np.r_[0.0, 1e12 + np.arange(1000)], flat).verdict != "leak"
+    assert assess_series(np.arange(100), 1e-300 * np.arange(100)).verdict in ("no_leak", "inconclusive", "leak")

@@ -85,9 +85,12 @@ class Policy:
     # bounded cost whatever the length, and spikes are defused.
     max_blocks: int = 512
     # A drop of this many sd of the point-to-point noise that does not rebound
-    # is a reset (a buffer cleared); two or more make a sawtooth, judged by its
-    # floor.
+    # is a reset (a buffer cleared).
     reset_sd: float = 5.0
+    # Resets that make a sawtooth: a line through its floors needs three
+    # (fewer: the growth since the last reset may be a buffer refilling, see
+    # trend._fit_current).
+    sawtooth_resets: int = 3
     # ... and a reset drops by at least this share of the series' range.
     reset_range_share: float = 0.05
     # A point this many noise sd from both neighbours, which agree, is a bad

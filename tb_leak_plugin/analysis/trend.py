@@ -106,6 +106,7 @@ class _Fit:
     used: int             # points in the current segment
     shift: float = 0.0    # one level shift inside the current segment, if fitted
     readings: list = dataclasses.field(default_factory=list)  # (slope, se, df) of each reading
+    leak_readings: list = dataclasses.field(default_factory=list)  # ... and those a leak must also hold under
     refill: float = 0.0   # the drop a growth right after one reset may be refilling
 
 
@@ -232,7 +233,7 @@ def _resolution(y, unit):
 
 def _fit_current(t, y, unit, policy) -> _Fit:
     resets = _resets(y, unit, policy)
-    if resets.size >= 2:
+    if resets.size >= policy.sawtooth_resets:
         return _fit_sawtooth(t, y, resets, unit)
     res = _resolution(y, unit)
     sd = max(_local_noise(t, y), res / 2)
@@ -256,20 +257,30 @@ def _fit_current(t, y, unit, policy) -> _Fit:
     # autocorrelation, estimated on every segment, bounds the current one's.
     reg = regress([tt - tt[0]], yy, min_inflation=pooled, resolution=counting)
     readings = [(float(reg.beta[1]), float(reg.se[1]), float(reg.df))]
+    cols = [tt - tt[0]]
     shift = _level_shift(tt, yy, noise_var, policy)
     if shift:
-        # One level shift inside the segment. A rise is read both ways (a
-        # one-off step, or a stair of a staircase): each claim must hold under
-        # both readings. A fall (a release) is only one: growth besides it.
-        step_col = (np.arange(yy.size) >= shift).astype(np.float64)
-        reg = regress([tt - tt[0], step_col], yy, min_inflation=pooled, resolution=counting)
+        # One level shift inside the segment: growth is read besides it. A
+        # rise in a series that has risen in steps before may be one more
+        # stair: then it is read both ways, and each claim must hold under
+        # both. A fall (a release) is only ever read besides.
+        cols.append((np.arange(yy.size) >= shift).astype(np.float64))
+        reg = regress(cols, yy, min_inflation=pooled, resolution=counting)
         besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
-        readings = [besides] + (readings if reg.beta[2] > 0 else [])
+        # A rise is a stair only where the series has risen in steps before.
+        stairs = reg.beta[2] > 0 and any(r > 0.5 * float(reg.beta[2]) for r in _rises(t, y, starts))
+        readings = [besides] + (readings if stairs else [])
+    leak_readings = list(readings)
+    if yy.size >= 4 + len(cols):
+        # A leak must not rest on one sample: the last, whose leverage is the
+        # largest (heap walks early and one at close), is left out once.
+        last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled, resolution=counting)
+        leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
     refill = 0.0
-    if resets.size == 1 and int(resets[0]) + 1 >= s - policy.min_segment:
+    if resets.size and int(resets[-1]) + 1 >= s - policy.min_segment:
         # Growth right after the series was cut down may be a buffer refilling:
         # it is a leak only once it has grown past what the drop let go.
-        r = int(resets[0])
+        r = int(resets[-1])
         drop = float(y[r] - y[r + 1])
         if readings[0][0] * float(t[-1] - t[r + 1]) < drop:
             refill = drop
@@ -277,7 +288,8 @@ def _fit_current(t, y, unit, policy) -> _Fit:
     return _Fit(t_start=float(tt[0]), level=float(reg.beta[0]), slope=readings[0][0],
                 se=readings[0][1], df=readings[0][2], noise=_noise(reg.resid, res),
                 segments=int(starts.size), resets=0, jump=jump, used=int(yy.size),
-                shift=float(reg.beta[2]) if shift else 0.0, readings=readings, refill=refill)
+                shift=float(reg.beta[2]) if shift else 0.0, readings=readings, refill=refill,
+                leak_readings=leak_readings)
 
 
 def _local_noise(t, y) -> float:
@@ -299,7 +311,9 @@ def _level_shift(t, y, noise_var, policy) -> int:
     release) explains it better than a line alone, by more than the penalty
     of a segment; 0 if nowhere. The slope is then the growth besides it."""
     n = y.size
-    L = policy.min_segment
+    # A handful of heap walks: the shift may be the last walk alone (a rise
+    # between the early walks and the one at close is one jump or a rate).
+    L = max(1, min(policy.min_segment, (n - 2) // 3))
     if n < 2 * L + 2:
         return 0
     x = t - t.mean()
@@ -309,7 +323,11 @@ def _level_shift(t, y, noise_var, policy) -> int:
     e = y - y.mean() - x * (float(x @ y) / sxx)
     tail_e = np.cumsum(e[::-1])[::-1]        # sum of e[i:] for each i
     tail_x = np.cumsum(x[::-1])[::-1]
-    c = np.arange(L, n - L + 1)
+    # At least two samples after it: a last sample alone that falls is for
+    # the run to judge (a release at close, see report._final_release).
+    c = np.arange(L, n - max(L, 2) + 1)
+    if c.size == 0:
+        return 0
     k = (n - c).astype(np.float64)
     uu = k - k * k / n - tail_x[c] ** 2 / sxx
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -432,6 +450,23 @@ def _segment_residuals(t, y, starts):
     return np.concatenate(out) if out else y - median(y)
 
 
+def _rises(t, y, starts) -> list:
+    """The jumps up between consecutive segments (a segment's fitted start
+    above where the one before was heading)."""
+    out, before = [], None
+    for a, b in zip(starts, np.r_[starts[1:], y.size]):
+        if b - a < 2:
+            before = None
+            continue
+        reg = regress([t[a:b] - t[a]], y[a:b])
+        if before is not None:
+            jump = float(reg.beta[0] - (before.beta[0] + before.beta[1] * (t[a] - before_t0)))
+            if jump > 0:
+                out.append(jump)
+        before, before_t0 = reg, t[a]
+    return out
+
+
 # --------------------------------------------------------------------------- decision
 
 
@@ -445,7 +480,7 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
     readings = fit.readings or [(b, se, df)]
     clean_bar = material / policy.clean_horizon
     # Each claim must hold under every reading of the segment.
-    p_leak = max(_p_above(rb, rse, max(rdf, 1.0), material) for rb, rse, rdf in readings)
+    p_leak = max(_p_above(rb, rse, max(rdf, 1.0), material) for rb, rse, rdf in fit.leak_readings or readings)
     p_clean = max(1.0 - _p_above(rb, rse, max(rdf, 1.0), clean_bar) if rse > 0 else float(rb >= clean_bar)
                   for rb, rse, rdf in readings)
     if fit.refill:
