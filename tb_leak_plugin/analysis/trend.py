@@ -267,8 +267,10 @@ def _fit_current(t, y, unit, policy) -> _Fit:
         cols.append((np.arange(yy.size) >= shift).astype(np.float64))
         reg = regress(cols, yy, min_inflation=pooled, resolution=counting)
         besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
-        # A rise is a stair only where the series has risen in steps before.
-        stairs = reg.beta[2] > 0 and any(r > 0.5 * float(reg.beta[2]) for r in _rises(t, y, starts))
+        # A rise is a stair only where the series has risen in like steps
+        # (within a factor of two) at least twice before.
+        size = float(reg.beta[2])
+        stairs = size > 0 and sum(0.5 * size < r < 2.0 * size for r in _rises(t, y, starts)) >= 2
         readings = [besides] + (readings if stairs else [])
     leak_readings = list(readings)
     if yy.size >= 4 + len(cols):
