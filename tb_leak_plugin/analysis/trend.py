@@ -137,7 +137,7 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         result.reason = f"values up to {float(np.max(np.abs(y))):.3g} {unit} are too large to analyse"
         return result
     tb, yb = _blocks(t, y, policy.max_blocks)
-    fit = _fit_current(tb, yb, unit, policy)
+    fit = _fit_current(tb, yb, unit, policy, raw=(t, y) if y.size <= 2 * policy.max_blocks else None)
     span = float(t[-1] - t[0])
     material = policy.materiality(unit, float(median(np.abs(yb))), span)
     return _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy)
@@ -210,16 +210,38 @@ def _drop_final_release(t, y, w):
 
 
 def _blocks(t, y, max_blocks):
-    """At most ~2*max_blocks points: medians of equal-count blocks (the
-    remainder is taken from the start, the least informative end)."""
+    """Medians over blocks of equal span in steps (at most ``max_blocks``).
+
+    The trend is a function of the training step, and the monitor samples
+    densely early and ever more sparsely later (points grow with the square
+    root of the run): a stretch of steps must weigh the same whatever the
+    number of points in it. A handful of points (heap walks) is kept as is.
+    """
     n = y.size
-    if n <= 2 * max_blocks:
+    if n <= SMALL_SERIES:
         return t, y
-    k = n // max_blocks
-    m = n // k
-    r = n - m * k
-    yb = np.partition(y[r:].reshape(m, k), k // 2, axis=1)[:, k // 2]
-    return t[r:].reshape(m, k)[:, k // 2], yb
+    edges = np.linspace(t[0], t[-1], min(n, max_blocks) + 1)
+    idx = np.minimum(np.searchsorted(edges, t, side="right") - 1, edges.size - 2)
+    bounds = np.flatnonzero(np.diff(idx)) + 1
+    if bounds.size == n - 1:
+        return t, y  # one point a block already
+    starts = np.r_[0, bounds]
+    sizes = np.diff(np.r_[starts, n])
+    if sizes.max() <= 2 * sizes.min():
+        # Evenly sampled: blocks of equal count (the remainder from the start,
+        # the least informative end).
+        if n <= 2 * max_blocks:
+            return t, y
+        k = n // max_blocks
+        m = n // k
+        r = n - m * k
+        return t[r:].reshape(m, k)[:, k // 2], np.partition(y[r:].reshape(m, k), k // 2, axis=1)[:, k // 2]
+    ty = [(t[a + (c - 1) // 2], median(y[a:a + c])) for a, c in zip(starts.tolist(), sizes.tolist())]
+    return np.array([p[0] for p in ty]), np.array([p[1] for p in ty])
+
+
+# Fewer points than this are not put in blocks (heap walks).
+SMALL_SERIES = 64
 
 
 # --------------------------------------------------------------------------- the model
@@ -231,9 +253,14 @@ def _resolution(y, unit):
     return 1.0 if unit != "bytes" else max(1.0, 1e-9 * float(np.max(np.abs(y))))
 
 
-def _fit_current(t, y, unit, policy) -> _Fit:
+def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
+    # A buffer's cycles are seen in every sample (blocks would blur them).
+    if raw is not None:
+        cycles = _resets(raw[1], unit, policy)
+        if cycles.size >= policy.sawtooth_resets:
+            return _fit_sawtooth(raw[0], raw[1], cycles, unit)
     resets = _resets(y, unit, policy)
-    if resets.size >= policy.sawtooth_resets:
+    if resets.size >= policy.sawtooth_resets and raw is None:
         return _fit_sawtooth(t, y, resets, unit)
     res = _resolution(y, unit)
     sd = max(_local_noise(t, y), res / 2)
