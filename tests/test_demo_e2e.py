@@ -77,8 +77,13 @@ def _top(run, count=3) -> list:
 
 def _names_cause(pattern, run) -> bool:
     top = _top(run)
-    return any(c["kind"] == kind and (needle in c["name"] or needle == c["hint"])
-               for kind, needle in _causes(pattern) for c in top)
+    named = any(c["kind"] == kind and (needle in c["name"] or needle == c["hint"])
+                for kind, needle in _causes(pattern) for c in top)
+    # A growing container adopted as the holder of a top culprit (memory that
+    # grows, held by that container) names the same cause.
+    held = [" → ".join(h.get("path") or []) for c in top for h in (c["details"].get("held_by") or [])]
+    return named or any(kind == "container" and any(needle in path for path in held)
+                        for kind, needle in _causes(pattern))
 
 
 def _says_census_too_short(run) -> bool:

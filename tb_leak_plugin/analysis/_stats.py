@@ -89,7 +89,9 @@ def regress(x_cols, y, min_inflation=1.0, resolution=0.0, inflation=None):
             se[0] = math.sqrt(max(float(vec @ cov @ vec) * sigma2 * inflation, 0.0))
         except (NameError, ValueError):
             pass
-    return Regression(beta, se, max(1.0, dof / inflation), resid, sigma2, inflation)
+    # At least two degrees of freedom: a t with one (a Cauchy) makes any slope
+    # insignificant, however many standard errors above zero it lies.
+    return Regression(beta, se, max(min(2.0, float(dof)), dof / inflation), resid, sigma2, inflation)
 
 
 
