@@ -81,7 +81,8 @@ def _names_cause(pattern, run) -> bool:
                 for kind, needle in _causes(pattern) for c in top)
     # A growing container adopted as the holder of a top culprit (memory that
     # grows, held by that container) names the same cause.
-    held = [" → ".join(h.get("path") or []) for c in top for h in (c["details"].get("held_by") or [])]
+    held = [" → ".join(h.get("path") or []) for c in top
+            for h in ((c.get("details") or {}).get("held_by") or [])]
     return named or any(kind == "container" and any(needle in path for path in held)
                         for kind, needle in _causes(pattern))
 

@@ -292,3 +292,18 @@ def test_a_no_leak_run_says_what_it_rules_out():
     assert "no leak above" in report.reason
     series = report.series[0].to_dict()
     assert series["materiality"] > 0 and series["slope_ci"][1] < series["materiality"]
+
+
+def test_a_growing_container_of_the_type_comes_first_among_its_holders():
+    from tb_leak_plugin.analysis import holders
+    from tb_leak_plugin.analysis.results import Culprit
+
+    kept = "fit() local `callbacks` → TrackPredictions.history → list of EagerTensor"
+    tensors = Culprit(kind="object_type", name="tensorflow.python.framework.ops.EagerTensor", growth_per_step=1.0,
+                      unit="objects", evidence="", confidence=1.0,
+                      details={"held_by": [{"path": ["fit() local `training_logs`", "dict['loss']"],
+                                            "instances": 1, "of": 1, "sampled": 1}]})
+    container = Culprit(kind="container", name=kept, growth_per_step=1.0, unit="items", evidence="", confidence=1.0)
+    holders.adopt_containers([tensors, container])
+    paths = [" → ".join(h["path"]) for h in tensors.details["held_by"]]
+    assert paths[0] == kept and len(paths) == 2

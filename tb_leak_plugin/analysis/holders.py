@@ -220,6 +220,18 @@ def adopt_containers(culprits: list) -> None:
         if culprit.kind == "series" and (culprit.details or {}).get("held_by_containers"):
             containers += [list(entry["path"]) for entry in culprit.details["held_by"]]
     for culprit in culprits:
+        if culprit.kind == "object_type":
+            # A growing container of this type is where it accumulates: its
+            # path comes first, before holders traced from a sample of new
+            # instances (a framework's local that holds this step's one).
+            short = culprit.name.rsplit(".", 1)[-1]
+            for path in containers:
+                if path and path[-1].partition(" of ")[2] == short:
+                    held = [h for h in (culprit.details or {}).get("held_by") or [] if list(h.get("path") or []) != path]
+                    culprit.details = dict(culprit.details or {})
+                    culprit.details["held_by"] = [{"path": path, "instances": None, "of": None, "sampled": None}] + held
+                    break
+            continue
         if culprit.kind not in ("tensors", "op") or (culprit.details or {}).get("held_by"):
             continue
         # An op whose outputs are never freed, and live tensors: held as
