@@ -279,7 +279,7 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
         # leak's onset), which would bias the slope. They are left out.
         s = min(s + int(policy.trim_share * (y.size - s)), y.size - policy.min_segment)
     tt, yy = t[s:], y[s:]
-    counting = res if unit != "bytes" else 0.0
+    counting = 0.0  # counting noise is noise: its autocorrelation counts too
     # The noise is one process throughout (the model's assumption): its
     # autocorrelation, estimated on every segment, bounds the current one's.
     reg = regress([tt - tt[0]], yy, min_inflation=pooled, resolution=counting)
