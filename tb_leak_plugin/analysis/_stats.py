@@ -42,14 +42,12 @@ class Regression:
         return t_sf(b / se, self.df)
 
 
-def regress(x_cols, y, min_inflation=1.0, resolution=0.0, inflation=None):
+def regress(x_cols, y, min_inflation=1.0, inflation=None):
     """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd.
 
     ``min_inflation``: the variance inflation known from elsewhere (the same
     noise process around the other segments of the series); the residuals'
-    own estimate is used where larger. ``resolution``: the smallest change
-    the series can show (one object of a count); residuals within two of it
-    are counting noise, whose autocorrelation means nothing. ``inflation``:
+    own estimate is used where larger. ``inflation``:
     use this inflation instead of estimating it from the residuals."""
     # Columns centred (and the intercept restored after): steps far from
     # zero (a run resumed at step 10**12) must not swamp the intercept.
@@ -70,7 +68,6 @@ def regress(x_cols, y, min_inflation=1.0, resolution=0.0, inflation=None):
     sigma2 = float(resid @ resid) / dof
     # An exact fit leaves only rounding noise, whose "autocorrelation" means nothing.
     exact = sigma2 <= 1e-20 * max(float(np.mean(y * y)), 1e-300)
-    exact = exact or math.sqrt(sigma2) <= 2.0 * resolution
     if inflation is None:
         inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
     try:

@@ -279,10 +279,9 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
         # leak's onset), which would bias the slope. They are left out.
         s = min(s + int(policy.trim_share * (y.size - s)), y.size - policy.min_segment)
     tt, yy = t[s:], y[s:]
-    counting = 0.0  # counting noise is noise: its autocorrelation counts too
     # The noise is one process throughout (the model's assumption): its
     # autocorrelation, estimated on every segment, bounds the current one's.
-    reg = regress([tt - tt[0]], yy, min_inflation=pooled, resolution=counting)
+    reg = regress([tt - tt[0]], yy, min_inflation=pooled)
     readings = [(float(reg.beta[1]), float(reg.se[1]), float(reg.df))]
     cols = [tt - tt[0]]
     shift = _level_shift(tt, yy, noise_var, policy)
@@ -292,7 +291,7 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
         # stair: then it is read both ways, and each claim must hold under
         # both. A fall (a release) is only ever read besides.
         cols.append((np.arange(yy.size) >= shift).astype(np.float64))
-        reg = regress(cols, yy, min_inflation=pooled, resolution=counting)
+        reg = regress(cols, yy, min_inflation=pooled)
         besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
         # A rise is a stair only where the series has risen in like steps
         # (within a factor of two) at least twice before.
@@ -303,7 +302,7 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     if yy.size >= 4 + len(cols):
         # A leak must not rest on one sample: the last, whose leverage is the
         # largest (heap walks early and one at close), is left out once.
-        last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled, resolution=counting)
+        last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)
         leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
     refill = 0.0
     if resets.size and int(resets[-1]) + 1 >= s - policy.min_segment:
