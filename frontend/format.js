@@ -92,6 +92,10 @@ export const VERDICT_LABELS = {
   inconclusive: "inconclusive",
   not_assessed: "not judged",
   error: "error",
+  regression: "regression",
+  no_regression: "no regression",
+  improvement: "improvement",
+  not_compared: "not compared",
 };
 
 export function verdictLabel(verdict) {

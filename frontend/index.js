@@ -18,6 +18,7 @@ const state = {
   mode: "run", // "run" | "compare" | "job"
   x: "step", // "step" | "wall_time"
   compareTag: null,
+  compareSwap: false,
   token: 0,
   charts: [],
 };
@@ -344,6 +345,10 @@ async function showCompare() {
   }));
   const host = h("div", { className: "chart-host" }, views.loading("Loading series…"));
   const card = h("article", { className: "card chart-card wide", testid: "compare-card" }, host);
+  // Two runs: a verdict on their difference, base = the run checked first.
+  const differenceHost = h("div", { testid: "difference-host" });
+  const pair = runs.length === 2 ? [...state.compared].filter((r) => runs.includes(r)) : null;
+  if (pair && state.compareSwap) pair.reverse();
   showMain(
     h("section", { className: "card summary" },
       h("div", { className: "summary-head" },
@@ -351,7 +356,16 @@ async function showCompare() {
         h("button", { className: "button", text: "Back to run", attrs: { type: "button" },
           on: { click: () => { state.mode = "run"; renderSidebar(); showRun(state.selected); } } })),
       h("label", { className: "field" }, h("span", { className: "control-label", text: "Series" }), select)),
+    differenceHost,
     card);
+  if (pair) {
+    differenceHost.appendChild(views.loading("Comparing the two runs…"));
+    const difference = await model.getDifference(pair[0], pair[1]);
+    if (token !== state.token) return;
+    differenceHost.replaceChildren(difference
+      ? views.differenceView(difference, { onSwap: () => { state.compareSwap = !state.compareSwap; showCompare(); } })
+      : views.errorState("Could not compare the two runs", model.lastFailure(), showCompare));
+  }
   const data = await model.getCompare(runs, state.compareTag, state.x);
   if (token !== state.token) return;
   host.replaceChildren();

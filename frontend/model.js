@@ -63,3 +63,4 @@ export const getObjects = (run) => cached(`objects?${query({ run })}`);
 export const getOps = (run) => cached(`ops?${query({ run })}`);
 // Repeated run= parameters: run names may contain commas.
 export const getCompare = (runs, tag, x) => cached(`compare?${query({ run: runs, tag, x })}`);
+export const getDifference = (base, candidate) => cached(`difference?${query({ base, candidate })}`);

@@ -356,3 +356,38 @@ export function colorFor(index) {
 }
 
 export { formatAmount };
+
+const STATUS_LABELS = { new: "new", grew: "grew", gone: "gone", in_both: "in both" };
+
+/** The verdict on the difference between two runs (GET difference). */
+export function differenceView(data, { onSwap } = {}) {
+  const primary = data.primary;
+  let headline = "No memory series to compare.";
+  if (primary && primary.difference !== null && primary.difference !== undefined) {
+    const more = primary.difference > 0 ? "more" : "less";
+    headline = `${primary.tag} grows ${formatRate(Math.abs(primary.difference), primary.unit)} ${more} in the candidate ` +
+      `(95% CI ${formatAmount(primary.difference_ci[0], primary.unit, { signed: true })} .. ` +
+      `${formatAmount(primary.difference_ci[1], primary.unit, { signed: true })} per step).`;
+  }
+  const rows = data.series.filter((r) => r.verdict !== "not_compared").slice(0, 12).map((r) =>
+    h("tr", { testid: "difference-row", data: { verdict: r.verdict } },
+      h("td", { className: "name-cell" }, breakable(r.tag)),
+      h("td", { className: "num", text: formatRate(r.base_slope, r.unit) }),
+      h("td", { className: "num", text: formatRate(r.candidate_slope, r.unit) }),
+      h("td", { className: "num", text: formatRate(r.difference, r.unit) }),
+      h("td", {}, verdictBadge(r.verdict, { small: true }))));
+  const changed = data.culprits.filter((c) => c.status !== "in_both").slice(0, 8);
+  return h("section", { className: "card summary", testid: "difference-card", data: { verdict: data.verdict } },
+    h("div", { className: "difference-head" },
+      verdictBadge(data.verdict),
+      h("span", { className: "difference-runs", testid: "difference-runs", text: `${data.base} → ${data.candidate}` }),
+      onSwap ? h("button", { className: "button", testid: "difference-swap", text: "Swap base and candidate",
+        attrs: { type: "button" }, on: { click: onSwap } }) : null),
+    h("p", { testid: "difference-reason", text: `${data.reason}. ${headline}` }),
+    h("p", { className: "muted small",
+      text: `Runs: base ${verdictLabel(data.base_verdict)}, candidate ${verdictLabel(data.candidate_verdict)}.` }),
+    rows.length ? table("difference-table", ["series", "base / step", "candidate / step", "difference / step", "verdict"],
+      rows, [1, 2, 3]) : null,
+    changed.length ? h("ul", { className: "difference-culprits", testid: "difference-culprits" },
+      changed.map((c) => h("li", { text: `${STATUS_LABELS[c.status] || c.status}: ${c.kind} ${c.name}` }))) : null);
+}

@@ -140,10 +140,18 @@ def test_verdicts_charts_and_ops(tensorboard, page, tmp_path):
     assert not page.errors, page.errors
 
 
-def test_compare_overlays_runs(tensorboard, page):
+def test_compare_overlays_runs_and_judges_their_difference_as_the_cli_does(tensorboard, page, leak_logdir):
+    from tb_leak_plugin.analysis import compare as compare_lib
+    from tb_leak_plugin.reporting import logdir as analyze
+
+    runs = {r["run"]: r for r in analyze.analyze_logdir(leak_logdir.path, jobs=1).to_dict()["runs"]}
+    forward = compare_lib.compare_runs(runs[cp.CLEAN], runs[cp.LEAKY])["verdict"]
+    backward = compare_lib.compare_runs(runs[cp.LEAKY], runs[cp.CLEAN])["verdict"]
+    assert forward == "regression" and backward != "regression"
+
     check_monitor_runs_visible(tensorboard)
     open_tab(page, tensorboard)
-    for run in (cp.LEAKY, cp.CLEAN):
+    for run in (cp.CLEAN, cp.LEAKY):  # the run checked first is the base
         page.locator(f"[data-testid=run-item][data-run='{run}'] input.compare-toggle").check()
     page.locator("[data-testid=compare-button]").click()
     page.wait_for_selector(READY)
@@ -151,6 +159,13 @@ def test_compare_overlays_runs(tensorboard, page):
     assert chart.locator("path[data-role=series]").count() == 2
     legend = page.locator("[data-testid=legend]").inner_text()
     assert cp.LEAKY in legend and cp.CLEAN in legend
+    card = page.locator("[data-testid=difference-card]")
+    assert card.get_attribute("data-verdict") == forward
+    assert page.locator("[data-testid=difference-runs]").inner_text() == f"{cp.CLEAN} → {cp.LEAKY}"
+    assert "more in the candidate" in page.locator("[data-testid=difference-reason]").inner_text()
+    page.locator("[data-testid=difference-swap]").click()
+    page.wait_for_selector(READY)
+    assert page.locator("[data-testid=difference-card]").get_attribute("data-verdict") == backward
     assert not page.errors, page.errors
 
 

@@ -203,3 +203,27 @@ def test_leak_tab_shows_the_same_verdicts(demo_logdir, demo_report):
                 assert not errors, errors
             finally:
                 browser.close()
+
+
+def test_compare_fixed_against_leaky_is_a_regression_and_says_how_much(demo_logdir):
+    result = subprocess.run(
+        [sys.executable, "-m", "tb_leak_plugin", "compare", os.path.join(demo_logdir, "tensor_history", "fixed"),
+         os.path.join(demo_logdir, "tensor_history", "leaky"), "--format", "json", "--fail-on-regression"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    (pair,) = json.loads(result.stdout)["pairs"]
+    assert pair["verdict"] == "regression", pair["reason"]
+    assert pair["primary"]["difference_ci"][0] > 0
+
+
+@pytest.mark.parametrize("pattern", sorted(patterns.PATTERNS))
+def test_compare_of_each_pattern(demo_report, pattern):
+    from tb_leak_plugin.analysis.compare import compare_runs
+
+    leaky, fixed = demo_report[f"{pattern}/leaky"], demo_report[f"{pattern}/fixed"]
+    forward, backward = compare_runs(fixed, leaky), compare_runs(leaky, fixed)
+    assert backward["verdict"] != "regression", backward["reason"]
+    if leaky["verdict"] == "leak" and fixed["verdict"] == "no_leak":
+        assert forward["verdict"] == "regression", forward["reason"]
+        assert backward["verdict"] == "improvement", backward["reason"]

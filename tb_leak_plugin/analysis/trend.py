@@ -84,6 +84,15 @@ class TrendResult:
     shape: str = ""
     materiality: float = math.nan
     decide_steps: int | None = None
+    #: The slope's standard error and degrees of freedom (widened for
+    #: autocorrelation): what `analysis.compare` tests a difference with.
+    slope_se: float = math.nan
+    slope_df: float = math.nan
+    #: [slope, se, df] of every reading of the current segment that a clean
+    #: claim must hold under, and of those a growth claim must hold under
+    #: (empty: no growth claim can be made, e.g. a buffer still refilling).
+    readings: list = dataclasses.field(default_factory=list)
+    leak_readings: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-safe dict: non-finite numbers become None, tuples lists."""
@@ -522,7 +531,10 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
                 f"{_context(fit, unit)}")
     bar = f"{_fmt(material, unit)}/step"
     clean_txt = f"{_fmt(material / policy.clean_horizon, unit)}/step"
-    common = dict(slope_per_step=b, slope_ci=(lo, hi), slope_per_hour=b * sps * 3600.0 if sps else None,
+    common = dict(slope_per_step=b, slope_ci=(lo, hi), slope_se=se, slope_df=df,
+                  readings=[list(r) for r in readings],
+                  leak_readings=[] if fit.refill else [list(r) for r in fit.leak_readings or readings],
+                  slope_per_hour=b * sps * 3600.0 if sps else None,
                   samples=n, noise=fit.noise, unit=unit, dropped_samples=dropped, materiality=material,
                   fit=_fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi),
                   total_growth=b * seg, seconds_to_exhaustion=None, steps_to_exhaustion=None)

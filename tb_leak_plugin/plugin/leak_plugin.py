@@ -32,6 +32,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_leak_plugin import metadata
+from tb_leak_plugin.analysis import compare as compare_lib
 from tb_leak_plugin.plugin import jobs_view, views
 from tb_leak_plugin.plugin.cache import REVALIDATE_SECS, ReportCache, RunEntry
 from tb_leak_plugin.plugin.views import SPARKLINE_POINTS
@@ -165,6 +166,7 @@ class LeakPlugin(base_plugin.TBPlugin):
             "/objects": self._serve_objects,
             "/ops": self._serve_ops,
             "/compare": self._serve_compare,
+            "/difference": self._serve_difference,
             "/static/*": self._serve_static,
         }
         for name in STATIC_FILES:
@@ -250,6 +252,14 @@ class LeakPlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"none of the runs has series {tag!r}")
         return views.compare(tag, x, timelines, missing)
 
+    def difference_impl(self, ctx, experiment: str, base: str, candidate: str) -> dict:
+        """The verdict on the difference in growth between two runs: the
+        same function (`analysis.compare.compare_runs`) as `tb-leak compare`."""
+        if base == candidate:
+            raise errors.InvalidArgumentError("base and candidate must be two different runs")
+        reports = [self._cache.entry_for(ctx, experiment, run).report for run in (base, candidate)]
+        return compare_lib.compare_runs(*reports)
+
     def run_directory(self, run: str, known_runs) -> str | None:
         """The run's local directory, or None unless it is safe to read
         (see :meth:`ReportCache.run_directory`)."""
@@ -296,6 +306,12 @@ class LeakPlugin(base_plugin.TBPlugin):
             ctx, experiment, runs, _arg(request, "tag"), x=request.args.get("x", "step"),
             max_points=_points_arg(request),
         ))
+
+    @wrappers.Request.application
+    def _serve_difference(self, request):
+        ctx, experiment = _request_context(request)
+        return _json(request, self.difference_impl(ctx, experiment, _arg(request, "base"),
+                                                   _arg(request, "candidate")))
 
     @wrappers.Request.application
     def _serve_static(self, request):

@@ -34,7 +34,8 @@ EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_STATUS_HELP = """exit status:
   0  success (also when runs leak, unless --fail-on-leak)
   1  --fail-on-leak and at least one run's verdict is leak (never for errors);
-     stderr counts the leaks, a distributed job once however many tasks leak
+     stderr counts the leaks, a distributed job once however many tasks leak;
+     compare --fail-on-regression and a candidate run grows more than its base
   2  bad usage, or the logdir cannot be read
   3  internal error in tb-leak (please report it)"""
 
@@ -254,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
                          help="worker processes (default: by cores and run count; 1 = none)")
     analyze.add_argument("--max-trace-mib", type=float, default=None,
                          help="refuse trace files larger than this many MiB (default 512)")
+    compare = commands.add_parser(
+        "compare", help="compare two runs (or two logdirs run by run): did the candidate's growth regress?",
+        description="Compare the memory growth of two runs, or of two logdirs run by run (runs paired by "
+                    "name): growth per series side by side with 95%% intervals, culprits new or grown, and a "
+                    "verdict on the difference: regression, no_regression, improvement or inconclusive.",
+        epilog=EXIT_STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    compare.add_argument("base", help="the run directory or logdir before the change")
+    compare.add_argument("candidate", help="the run directory or logdir after the change")
+    compare.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    compare.add_argument("--run", metavar="REGEX", help="only runs whose name matches this regular expression")
+    compare.add_argument("--fail-on-regression", action="store_true",
+                         help="exit 1 when any candidate run regressed against its base")
+    compare.add_argument("--no-traces", action="store_true", help="skip profiler traces")
     commands.add_parser(
         "tensorboard", add_help=False,
         help="run TensorBoard through its TensorFlow-free I/O layer (s3:// works with TensorFlow installed)",
@@ -307,9 +321,9 @@ def _main(argv: list[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return EXIT_USAGE if exit_.code not in (0, None) else EXIT_OK
-    if args.command != "analyze":
+    if args.command not in ("analyze", "compare"):
         parser.print_usage(sys.stderr)
-        _error("a command is required (analyze)")
+        _error("a command is required (analyze, compare)")
         return EXIT_USAGE
     if args.run:
         try:
@@ -317,6 +331,8 @@ def _main(argv: list[str] | None) -> int:
         except re.error as error:
             _error(f"--run {args.run!r} is not a valid regular expression: {error}")
             return EXIT_USAGE
+    if args.command == "compare":
+        return _compare(args)
     if args.jobs is not None and args.jobs < 1:
         _error("--jobs must be at least 1")
         return EXIT_USAGE
@@ -343,6 +359,32 @@ def _main(argv: list[str] | None) -> int:
     if args.fail_on_leak and report.any_leak:
         count, phrases = report.leak_count()
         print(f"tb-leak: {printable(jobs_text.fail_message(count, phrases))}", file=sys.stderr)
+        return EXIT_LEAK
+    return EXIT_OK
+
+
+def _compare(args) -> int:
+    """``tb-leak compare BASE CANDIDATE``."""
+    from tb_leak_plugin.reporting import compare as compare_text
+    from tb_leak_plugin.reporting import logdir as analyze
+    from tb_leak_plugin.eventfile import reader as loading
+
+    try:
+        sides = [analyze.analyze_logdir(path, run_filter=args.run, with_traces=not args.no_traces).to_dict()
+                 for path in (args.base, args.candidate)]
+        report = compare_text.compare_logdirs(*sides)
+    except (loading.LogdirError, compare_text.PairingError) as error:
+        _error(str(error))
+        return EXIT_USAGE
+    if args.format == "json":
+        _write_out(json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n")
+    elif args.format == "markdown":
+        _write_out(compare_text.format_markdown(report, _md_escape))
+    else:
+        _write_out(compare_text.format_text(report))
+    if args.fail_on_regression and compare_text.any_regression(report):
+        count = sum(p["verdict"] == "regression" for p in report["pairs"])
+        print(f"tb-leak: {count} run{'s' if count != 1 else ''} regressed", file=sys.stderr)
         return EXIT_LEAK
     return EXIT_OK
 
