@@ -238,6 +238,7 @@ async function showRun(run) {
   }
   showMain(
     views.runSummary(report),
+    views.libraryLeaksView(report.library_leaks),
     views.hintsView(report.hints),
     culpritSection,
     ...sections,

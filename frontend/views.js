@@ -155,6 +155,17 @@ export function hintsView(hints) {
       h("p", { className: "fix" }, h("strong", { text: "Fix: " }), richText(hint.fix)))));
 }
 
+/** Known leaks of TensorFlow/Keras among the culprits: what the library keeps and the workaround. */
+export function libraryLeaksView(known) {
+  if (!known || !known.length) return null;
+  return h("section", { className: "hints", testid: "library-leaks" },
+    known.map((entry) => h("article", { className: "card hint", testid: "library-leak", data: { key: entry.key } },
+      h("h3", {}, h("span", { className: "badge badge-small badge-library", text: "library leak" }), " ", entry.title),
+      h("p", { text: entry.what }),
+      h("p", { className: "fix" }, h("strong", { text: "Workaround: " }), entry.workaround),
+      h("p", { className: "muted small", text: `Known in ${entry.versions}. Reported: ${(entry.issues || []).join(", ")}` }))));
+}
+
 const KIND_LABELS = {
   op: "op", retracing: "tf.function", object_type: "object type", tensors: "tensors", series: "series", gc: "gc",
   container: "container", runtime: "runtime", graph: "graph",
@@ -202,7 +213,10 @@ export function culpritsView(culprits) {
   const rows = [];
   for (const c of culprits.slice(0, 10)) {
     rows.push(h("tr", { testid: "culprit-row", data: { kind: c.kind } },
-      h("td", {}, h("span", { className: "kind", text: KIND_LABELS[c.kind] || c.kind })),
+      h("td", {}, h("span", { className: "kind", text: KIND_LABELS[c.kind] || c.kind }),
+        c.details && c.details.library_leak
+          ? h("span", { className: "badge badge-small badge-library", testid: "library-badge", text: "library leak" })
+          : null),
       h("td", { className: "name-cell", title: c.evidence }, breakable(c.name)),
       h("td", { className: "num", text: formatRate(c.growth_per_step, c.unit) }),
       h("td", { className: "num", text: formatPercent(c.confidence) }),

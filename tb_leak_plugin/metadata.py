@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tensorboard.compat.proto import summary_pb2
@@ -250,3 +251,93 @@ def parse_limit_detail(detail: str) -> tuple[str, float | None] | None:
     if isinstance(size, bool) or not isinstance(size, (int, float)) or not (math.isfinite(size) and size > 0):
         size = None
     return data["limit"][:80], (float(size) if size is not None else None)
+
+
+# ------------------------------------------------------------------ typed hops
+#
+# A leak trace is a list of hops from a root to the direct holder. Each hop is
+# a small dict, a value the CLI, the JSON and the Leak tab render; nothing
+# parses a rendered path back. Kinds:
+#   global            name="pkg.mod.var"                 a module global (root)
+#   local             owner=function, name, where         a running function's local (root)
+#   class_attribute   owner=class qualname, name          (root)
+#   class_namespace   owner=class qualname                a class's C slots (root)
+#   frame_local       owner=function, name, where         a finished frame (a traceback's)
+#   generator_local   owner=generator qualname, name
+#   attribute         owner=type, name                    obj.name
+#   key               name, key_type "str"|"other"; keys (wildcard: that many keys matching name)
+#   dict_key          the object is a key of the dict
+#   item              owner="list"|"tuple"|"set"|"frozenset"|"deque"
+#   cell, function (owner), closure (owner=function, name=variable)
+#   object            owner=type                          held by an object, attribute unknown
+#   elided            name=count                          hops left out in the middle
+#   text              name                                a label as it is (older traces, suffixes)
+
+ROOT_KINDS = frozenset({"global", "local", "class_attribute", "class_namespace"})
+# Hops through which one holder can keep any number of objects.
+FAN_OUT_KINDS = frozenset({"key", "dict_key", "item", "frame_local", "generator_local"})
+
+
+MAX_HOP_CHARS = 300  # the longest text of one hop (a module or key name may be megabytes)
+
+
+def _bound(text: str) -> str:
+    text = str(text)
+    return text if len(text) <= MAX_HOP_CHARS else text[: MAX_HOP_CHARS - 1] + "…"
+
+
+def hop_text(hop) -> str:
+    """A hop as one line of text (``dict['cache']``, ``Trainer.history``)."""
+    if not isinstance(hop, dict):
+        return _bound(hop)
+    kind, owner, name = hop.get("kind"), hop.get("owner") or "?", hop.get("name") or "?"
+    if kind == "global":
+        text = f"global `{name}`"
+    elif kind == "local":
+        text = f"{owner}() local `{name}` ({hop.get('where') or '?'})"
+    elif kind == "class_attribute":
+        text = f"class attribute `{owner}.{name}`"
+    elif kind == "class_namespace":
+        text = f"namespace of class `{owner}`"
+    elif kind == "frame_local":
+        text = f"frame of finished {owner}() local `{name}` ({hop.get('where') or '?'})"
+    elif kind == "generator_local":
+        text = f"generator `{owner}` local `{name}`"
+    elif kind == "attribute":
+        text = f"{owner}.{name}"
+    elif kind == "key":
+        label = repr(name) if hop.get("key_type") == "str" else name
+        keys = hop.get("keys")
+        text = f"dict[<{keys:,} keys {label}>]" if isinstance(keys, int) and keys > 1 else f"dict[{label}]"
+    elif kind == "dict_key":
+        text = "dict (key)"
+    elif kind in ("item", "object"):
+        text = f"{owner} of {hop['holds']}" if hop.get("holds") else owner
+    elif kind == "cell":
+        text = "cell"
+    elif kind == "function":
+        text = f"function `{owner}`"
+    elif kind == "closure":
+        text = f"closure of `{owner}` `{name}`"
+    elif kind == "elided":
+        text = f"… {name} hops …"
+    else:
+        text = str(name)
+    return _bound(text)
+
+
+def text_hop(text) -> dict:
+    """A label kept as it is (an older trace's hop, a suffix such as ``tuple``)."""
+    return {"kind": "text", "name": _bound(text)}
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def wildcard(hop: dict) -> dict:
+    """The hop with the digits of a string key made ``*`` (``'pyfunc_1200'``
+    -> ``'pyfunc_*'``): one leak reached through a thousand keys is one path."""
+    if hop.get("kind") != "key" or hop.get("key_type") != "str":
+        return hop
+    pattern = _DIGITS.sub("*", hop.get("name") or "")
+    return hop if pattern == hop.get("name") else {**hop, "name": pattern}

@@ -15,10 +15,28 @@ import numpy as np
 from tb_leak_plugin import Monitor
 
 STEPS = 1500
+# A loop goes on past STEPS until the monitor has walked the heap this many
+# times (at most 20 x STEPS): a loaded machine makes each walk slower, and the
+# test is about naming the holder, not about how many walks 2 s can buy.
+MIN_WALKS = 6
 
 
 def _pause():
     time.sleep(0.0012)
+
+
+def _steps(monitor):
+    step = 0
+    while step < STEPS or (step < 20 * STEPS and (step % 50 or _walks(monitor) < MIN_WALKS)):
+        yield step
+        step += 1
+
+
+def _walks(monitor) -> int:
+    try:
+        return int(monitor.stats()["units"]["heap"]["runs"])
+    except Exception:
+        return MIN_WALKS
 
 
 class Record:
@@ -33,7 +51,7 @@ class Record:
 def loop_local(logdir, seen):
     history = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         history.append(Record(step))
         _pause()
         monitor.sample(step)
@@ -46,7 +64,7 @@ KEPT_GLOBAL: list = []
 
 def loop_global(logdir, seen):
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         KEPT_GLOBAL.append(Record(step))
         _pause()
         monitor.sample(step)
@@ -64,7 +82,7 @@ def loop_closure(logdir, seen):
 
     log_step = make_logger()
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         log_step(Record(step))
         _pause()
         monitor.sample(step)
@@ -75,7 +93,7 @@ def loop_closure(logdir, seen):
 def loop_dict_by_step(logdir, seen):
     outputs = {}
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         outputs[step] = [float(step)] * 256  # a step's outputs, kept
         _pause()
         monitor.sample(step)
@@ -86,7 +104,7 @@ def loop_dict_by_step(logdir, seen):
 def loop_bytearrays(logdir, seen):
     buffers = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         buffers.append(bytearray(4096))
         _pause()
         monitor.sample(step)
@@ -97,7 +115,7 @@ def loop_bytearrays(logdir, seen):
 def loop_arrays_in_tuples(logdir, seen):
     batches = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         batches.append((np.full(512, step, dtype=np.float32), step))
         _pause()
         monitor.sample(step)
@@ -120,7 +138,7 @@ CASES = [
 def loop_bounded(logdir, seen):
     window = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in range(STEPS):
+    for step in _steps(monitor):
         window.append(Record(step))
         del window[:-50]
         _pause()

@@ -303,7 +303,12 @@ def test_a_growing_container_of_the_type_comes_first_among_its_holders():
                       unit="objects", evidence="", confidence=1.0,
                       details={"held_by": [{"path": ["fit() local `training_logs`", "dict['loss']"],
                                             "instances": 1, "of": 1, "sampled": 1}]})
-    container = Culprit(kind="container", name=kept, growth_per_step=1.0, unit="items", evidence="", confidence=1.0)
+    hops = [{"kind": "local", "owner": "fit", "name": "callbacks", "where": "?"},
+            {"kind": "attribute", "owner": "TrackPredictions", "name": "history"},
+            {"kind": "object", "owner": "list", "holds": "EagerTensor"}]
+    kept = "fit() local `callbacks` (?) → TrackPredictions.history → list of EagerTensor"
+    container = Culprit(kind="container", name=kept, growth_per_step=1.0, unit="items", evidence="", confidence=1.0,
+                        details={"container_hops": hops})
     holders.adopt_containers([tensors, container])
     paths = [" → ".join(h["path"]) for h in tensors.details["held_by"]]
     assert paths[0] == kept and len(paths) == 2

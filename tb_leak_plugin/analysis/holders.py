@@ -156,7 +156,8 @@ def _clean(trace) -> dict | None:
         if instances is None:
             return None
         entries.append({"path": [_text(hop) for hop in path[:MAX_PATH_HOPS]], "instances": instances,
-                        "sampled": _count(entry.get("sampled"))})
+                        "sampled": _count(entry.get("sampled")),
+                        "hops": clean_hops(entry.get("hops"), path[:MAX_PATH_HOPS])})
     out = {"format": HELD_BY_FORMAT, "culprit": {"kind": kind, "name": name}, "held_by": entries}
     for key in _INT_FIELDS:
         out[key] = _count(trace.get(key))
@@ -168,11 +169,38 @@ def _clean(trace) -> dict | None:
     return out
 
 
+_HOP_KINDS = frozenset({"global", "local", "class_attribute", "class_namespace", "frame_local", "generator_local",
+                        "attribute", "key", "dict_key", "item", "cell", "function", "closure", "object", "elided",
+                        "text"})
+_HOP_TEXT_FIELDS = ("kind", "owner", "name", "where", "key_type", "holds")
+
+
+def clean_hops(hops, path) -> list[dict]:
+    """The typed hops of a path (see ``capture.referrers.hop_text``), checked
+    and bounded; a trace written without them (or with hops that are not
+    the known shape) has its text hops, each as a ``text`` hop."""
+    if isinstance(hops, list) and len(hops) == len(path) and all(isinstance(h, dict) for h in hops):
+        out = []
+        for hop in hops:
+            kind = hop.get("kind")
+            if kind not in _HOP_KINDS:
+                break
+            clean = {key: _text(hop[key]) for key in _HOP_TEXT_FIELDS if isinstance(hop.get(key), str)}
+            keys = _count(hop.get("keys"))
+            if keys is not None:
+                clean["keys"] = keys
+            out.append(clean)
+        else:
+            return out
+    return [{"kind": "text", "name": _text(hop)} for hop in path]
+
+
 def held_by_entries(trace: dict) -> list[dict]:
     of = trace.get("new") if isinstance(trace.get("new"), int) else trace.get("live")
     out = []
     for entry in trace["held_by"][:MAX_PATHS]:
         out.append({"path": [str(p)[:300] for p in entry["path"][:MAX_PATH_HOPS]],
+                    "hops": entry.get("hops") or clean_hops(None, entry["path"][:MAX_PATH_HOPS]),
                     "instances": int(entry["instances"]),
                     "of": int(of) if isinstance(of, int) else None,
                     "sampled": int(entry.get("sampled", 0)) if isinstance(entry.get("sampled"), int) else None})
@@ -200,36 +228,69 @@ def attach(culprits: list, traces: dict[str, dict]) -> None:
         }
 
 
-_CONTAINER_HOPS = ("list", "tuple", "set", "frozenset", "deque", "OrderedDict", "defaultdict")
+_CONTAINER_NAMES = frozenset(("list", "tuple", "set", "frozenset", "deque", "OrderedDict", "defaultdict", "dict"))
 
 
-def _container_hop(hop: str) -> str | None:
-    if hop in _CONTAINER_HOPS:
-        return hop
-    if hop.startswith("dict[") or hop == "dict (key)" or hop == "dict":
+def _container_of(hop: dict) -> str | None:
+    """The container a hop goes through (``list``, ``dict``, ...), or None."""
+    kind = hop.get("kind")
+    if kind == "item":
+        return hop.get("owner")
+    if kind in ("key", "dict_key"):
         return "dict"
+    if kind == "object" and hop.get("owner") in _CONTAINER_NAMES:
+        return hop.get("owner")
+    if kind == "text":  # a trace written before hops were typed
+        text = str(hop.get("name", "")).partition(" of ")[0]
+        if text in _CONTAINER_NAMES:
+            return text
+        if text.startswith("dict[") or text == "dict (key)":
+            return "dict"
     return None
+
+
+def _holds(hop: dict) -> str:
+    """What a container hop at the end of a path holds (``ndarray``), or ''."""
+    if isinstance(hop.get("holds"), str):
+        return hop["holds"]
+    if hop.get("kind") == "text":  # a trace written before hops were typed
+        return str(hop.get("name", "")).partition(" of ")[2]
+    return ""
+
+
+def container_hops(culprit) -> list | None:
+    """The hops of a growing container culprit: from its root to the
+    container itself (the last hop, with what it holds)."""
+    details = culprit.details if isinstance(culprit.details, dict) else {}
+    hops = details.get("container_hops")
+    return list(hops) if isinstance(hops, list) and hops else None
+
+
+def _entry(hops: list) -> dict:
+    from tb_leak_plugin.metadata import hop_text
+
+    return {"path": [hop_text(h) for h in hops], "hops": hops, "instances": None, "of": None, "sampled": None}
 
 
 def adopt_containers(culprits: list) -> None:
     """Live arrays or tensors with no trace of their own, and a growing
     container that holds them: the container is where they accumulate."""
     # Growing containers, and those found as holders of a memory series.
-    containers = [[hop for hop in c.name.split(" → ") if hop] for c in culprits if c.kind == "container"]
+    containers = [hops for hops in (container_hops(c) for c in culprits if c.kind == "container") if hops]
     for culprit in culprits:
         if culprit.kind == "series" and (culprit.details or {}).get("held_by_containers"):
-            containers += [list(entry["path"]) for entry in culprit.details["held_by"]]
+            containers += [list(entry["hops"]) for entry in culprit.details["held_by"] if entry.get("hops")]
     for culprit in culprits:
         if culprit.kind == "object_type":
             # A growing container of this type is where it accumulates: its
             # path comes first, before holders traced from a sample of new
             # instances (a framework's local that holds this step's one).
             short = culprit.name.rsplit(".", 1)[-1]
-            for path in containers:
-                if path and path[-1].partition(" of ")[2] == short:
-                    held = [h for h in (culprit.details or {}).get("held_by") or [] if list(h.get("path") or []) != path]
+            for hops in containers:
+                if hops and _holds(hops[-1]) == short:
+                    held = [h for h in (culprit.details or {}).get("held_by") or [] if list(h.get("hops") or []) != hops]
                     culprit.details = dict(culprit.details or {})
-                    culprit.details["held_by"] = [{"path": path, "instances": None, "of": None, "sampled": None}] + held
+                    culprit.details["held_by"] = [_entry(hops)] + held
                     break
             continue
         if culprit.kind not in ("tensors", "op") or (culprit.details or {}).get("held_by"):
@@ -237,10 +298,10 @@ def adopt_containers(culprits: list) -> None:
         # An op whose outputs are never freed, and live tensors: held as
         # EagerTensors; live numpy arrays: as ndarrays.
         wanted = "ndarray" if "numpy" in culprit.name else "EagerTensor"
-        for path in containers:
-            if path and wanted in path[-1].partition(" of ")[2]:
+        for hops in containers:
+            if hops and wanted in _holds(hops[-1]):
                 culprit.details = dict(culprit.details or {})
-                culprit.details["held_by"] = [{"path": path, "instances": None, "of": None, "sampled": None}]
+                culprit.details["held_by"] = [_entry(hops)]
                 culprit.details["held_by_containers"] = True
                 break
 
@@ -249,21 +310,21 @@ def holder_key(culprit):
     """The accumulation point of a culprit: its first path up to the first
     container on it (``train() local `history` → list``), or None.
 
-    A growing container's own name is its path and its type, so a container
+    A growing container's own hops end with the container, so a container
     and the objects it accumulates have the same key."""
+    from tb_leak_plugin.metadata import hop_text
+
     details = culprit.details if isinstance(culprit.details, dict) else {}
     held = details.get("held_by")
     if not held or not held[0].get("path"):
         return None
-    path = list(held[0]["path"])
+    hops = list(held[0].get("hops") or [{"kind": "text", "name": p} for p in held[0]["path"]])
     if culprit.kind == "container":
-        path = [hop for hop in culprit.name.split(" → ") if hop]
-    if path:
-        path[-1] = path[-1].partition(" of ")[0]  # "list of ndarray" is the list
+        hops = container_hops(culprit) or hops
     key = []
-    for index, hop in enumerate(path):
-        container = _container_hop(hop) if index else None
-        key.append(container or hop)
+    for index, hop in enumerate(hops):
+        container = _container_of(hop) if index else None
+        key.append(("container", container) if container else hop_text(hop))
         if container:
             break
     return tuple(key)

@@ -17,6 +17,8 @@ import numpy as np
 from tb_leak_plugin.analysis import census, hints as hints_lib, holders
 from tb_leak_plugin.analysis.census import benjamini_hochberg
 from tb_leak_plugin.analysis.policy import POLICY
+from tb_leak_plugin.analysis import library_leaks
+from tb_leak_plugin.metadata import hop_text
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
@@ -280,7 +282,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits += _gc_culprits(by_role.get(ROLE_GC, []))
     culprits += _memory_culprits([r for r in by_role.get(ROLE_MEMORY, []) if r.tag not in explained], culprits,
                                  by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
-    containers = _container_culprits(by_role.get(ROLE_CONTAINERS, []))
+    containers = _container_culprits(by_role.get(ROLE_CONTAINERS, []), run)
     traces_dict = None
     if trace_report is not None:
         culprits += _op_culprits(trace_report)
@@ -299,6 +301,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     # first: it says where to fix the leak (an op that retains its outputs,
     # from the profiler, names the same leak without saying who keeps them).
     culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20, not (c.details or {}).get("held_by")))
+    known = library_leaks.label(culprits)
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = list({c.hint: hints_lib.HINTS[c.hint] for c in culprits if c.hint}.values())
     reports.sort(key=lambda r: (_ROLE_ORDER.get(r.role, 9), VERDICT_ORDER.get(r.verdict, 3), r.tag))
@@ -316,6 +319,9 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         hints=hints,
         warnings=warnings,
         traces=traces_dict,
+        library_leaks=[{**entry.to_dict(), "culprits": [c.name for c in culprits
+                                                         if c.details.get("library_leak") == entry.key]}
+                       for entry in known],
     )
 
 
@@ -516,20 +522,36 @@ def _trace_count_culprits(reports) -> list[Culprit]:
     return out
 
 
-def _container_culprits(reports) -> list[Culprit]:
+def _container_culprits(reports, run: RunData) -> list[Culprit]:
     out = []
     for report in _leaks(reports):
-        # The subject is the container's path from a root, then its type
-        # and what it holds ("list of ndarray").
-        path = [hop for hop in report.subject.split(" → ") if hop][:-1]
+        hops = _container_series_hops(run.series.get(report.tag), report.subject)
+        path = hops[:-1]
         out.append(Culprit(
             kind="container", name=report.subject, growth_per_step=report.trend.slope_per_step, unit="items",
             evidence=f"a container keeps growing: {report.trend.reason}", confidence=report.trend.confidence,
             hint="python_container",
-            details={"tag": report.tag, "last_count": report.last_value,
-                     "held_by": [{"path": path, "instances": 1, "of": 1, "sampled": 1}]},
+            details={"tag": report.tag, "last_count": report.last_value, "container_hops": hops,
+                     "held_by": [{"path": [hop_text(h) for h in path], "hops": path,
+                                  "instances": 1, "of": 1, "sampled": 1}]},
         ))
     return out
+
+
+def _container_series_hops(series, subject: str) -> list:
+    """A growing container's hops, from its root to the container (the last
+    hop, with what it holds), from the series' plugin data. A series
+    written before hops were recorded has its subject's hops as text."""
+    detail = series.info.detail if series is not None else None
+    if detail:
+        try:
+            hops = json.loads(detail).get("hops")
+        except (TypeError, ValueError, AttributeError, RecursionError):
+            hops = None
+        if isinstance(hops, list) and hops:
+            texts = [hop_text(h) for h in hops if isinstance(h, dict)]
+            return holders.clean_hops(hops, texts)
+    return [{"kind": "text", "name": hop} for hop in str(subject).split(" → ") if hop]
 
 
 def _gc_culprits(reports) -> list[Culprit]:

@@ -111,6 +111,8 @@ class RunReport:
     warnings: list[str]
     traces: dict | None = None
     task: dict | None = None  # the distributed job's task that wrote the run (analysis.jobs)
+    #: Known leaks of TensorFlow/Keras among the culprits (analysis.library_leaks), as dicts.
+    library_leaks: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -128,6 +130,7 @@ class RunReport:
             "warnings": list(self.warnings),
             "traces": self.traces,
             "task": self.task,
+            "library_leaks": list(self.library_leaks),
         }
 
 

@@ -95,9 +95,16 @@ FINAL_TRACE_S = 0.25
 FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
 
 # The interpreter's own registries and caches grow at imports, not per step.
-_INTERPRETER_ROOTS = tuple(f"global `{name}." for name in (
+_INTERPRETER_MODULES = frozenset((
     "sys", "re", "linecache", "functools", "typing", "importlib", "abc", "inspect", "warnings", "weakref",
     "_frozen_importlib", "_frozen_importlib_external", "copyreg", "encodings", "threading"))
+
+
+def _interpreter_root(hops) -> bool:
+    """Whether a path starts at a global of the interpreter's own modules."""
+    if not hops or hops[0].get("kind") != "global":
+        return False
+    return str(hops[0].get("name") or "").partition(".")[0] in _INTERPRETER_MODULES
 _CONTAINER_SET = frozenset((list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict))
 _MEMORY_GROUPS = frozenset(("process", "python", "tf"))
 _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
@@ -498,7 +505,7 @@ class LeakWatch:
         self.trace_seconds += result.seconds
         entry.reported = True
         if not result.held_by or result.held_by[0].signature in result.own \
-                or result.held_by[0].path[0].startswith(_INTERPRETER_ROOTS):
+                or _interpreter_root(result.held_by[0].hops):
             # Not reached from a root, or one of tb-leak's own: not followed.
             entry.subject = None
             return
@@ -507,12 +514,14 @@ class LeakWatch:
         items = _item_kind(obj)
         kind = entry.kind.__name__ + (f" of {items}" if items else "")
         entry.subject = " → ".join(path + [kind])[:240]
+        hops = _bounded_hops(result.held_by[0].hops + [_container_hop(entry.kind.__name__, items)])
         # The lengths seen before go into the series' plugin data (points at
         # past steps would make TensorBoard drop the later points of every
         # series, as after a restart); the series goes on from this walk.
         before = [[int(s), round(float(w), 3), int(n)] for s, w, n in entry.history[:-1]]
         entry.info = SeriesInfo("containers", "length", "count", entry.subject,
-                                detail=json.dumps({"format": 1, "before": before}, separators=(",", ":")))
+                                detail=json.dumps({"format": 1, "before": before, "hops": hops},
+                                                  ensure_ascii=False, separators=(",", ":")))
         extra.append((entry.info, float(entry.history[-1][2])))
 
     # -- analysis and traces --------------------------------------------------
@@ -656,11 +665,11 @@ class LeakWatch:
             seconds += result.seconds
             traced += 1
             if result.held_by and result.held_by[0].signature not in result.own \
-                    and not result.held_by[0].path[0].startswith(_INTERPRETER_ROOTS):
+                    and not _interpreter_root(result.held_by[0].hops):
                 growth = gains.get(id(obj), 0)
                 items = _item_kind(obj)
-                kind = type(obj).__name__ + (f" of {items}" if items else "")
-                entries.append({"path": _bounded_path(result.held_by[0].path + [kind]), "sampled": 1,
+                hops = _bounded_hops(result.held_by[0].hops + [_container_hop(type(obj).__name__, items)])
+                entries.append({"path": [referrers.hop_text(h) for h in hops], "hops": hops, "sampled": 1,
                                 "instances": int(growth)})
         objs = exclude = None
         self.trace_seconds += seconds
@@ -832,10 +841,9 @@ def _census_lists(census) -> list:
 
 
 def _trace_detail(culprit, step, live, new, since, result) -> dict:
-    # Instances that tb-leak's own state holds (points it keeps) are left out.
-    # A class's own namespace (the instance is a class's __dict__) holds nothing.
-    held = [h for h in result.held_by if h.signature not in result.own
-            and not (len(h.path) == 1 and h.path[0].startswith("namespace of class"))]
+    # Instances that tb-leak's own state holds (points it keeps) are left out,
+    # and so are paths that cannot be where anything accumulates (see _accumulates).
+    held = [h for h in result.held_by if h.signature not in result.own and _accumulates(h, result)]
     ours = sum(h.instances for h in result.held_by) - sum(h.instances for h in held)
     found = max(result.found - ours, 1)
     base = max((new if since is not None else live) - int(round(ours / max(result.found, 1) *
@@ -853,12 +861,50 @@ def _trace_detail(culprit, step, live, new, since, result) -> dict:
         "found": int(result.found),
         "seconds": round(result.seconds, 4),
         "complete": bool(result.complete),
-        "held_by": [{"path": _bounded_path(h.path), "sampled": h.instances,
-                     "instances": int(round(h.instances / found * base))} for h in held[:8]],
+        "held_by": [_held_entry(h, int(round(h.instances / found * base))) for h in held[:8]],
     }
 
 
-def _bounded_path(path) -> list:
-    """At most ``referrers.MAX_HOPS`` hops (cut in the middle) of at most
-    ``referrers.MAX_HOP_CHARS`` characters each."""
-    return [referrers.bound(hop) for hop in referrers._cut([str(hop) for hop in path])]
+def _accumulates(held, result) -> bool:
+    """Whether a path can be where a leak accumulates. A path through no hop
+    that holds many objects (a list's items, a dict's keys or values, a
+    frame's locals) holds one object: the instance bound to a module global
+    or a class attribute, created at import. Among many traced instances, one
+    on such a path is not part of what grows; alone (a tf.function traced
+    itself, a single leaking object), it is the answer."""
+    hops = held.hops or []
+    if hops and hops[0].get("kind") == "class_namespace" and len(hops) == 1:
+        return False  # the instance is a class's own namespace: it holds nothing
+    if held.instances > 1 or result.found < 4:
+        return True
+    return any(h.get("kind") in referrers.FAN_OUT_KINDS for h in hops)
+
+
+def _held_entry(held, instances: int) -> dict:
+    """A path of the trace as written: its hops, its text, and the instances
+    estimated under it. A wildcard key whose every sampled instance had a key
+    of its own (``dict['pyfunc_*']``) counts the keys as the instances."""
+    hops = [dict(h) for h in _bounded_hops(held.hops)]
+    for hop in hops:
+        if isinstance(hop.get("keys"), int) and hop["keys"] >= held.instances:
+            hop["keys"] = max(hop["keys"], instances)
+    return {"path": [referrers.hop_text(h) for h in hops], "hops": hops, "sampled": held.instances,
+            "instances": instances}
+
+
+def _container_hop(name: str, items) -> dict:
+    """The last hop of a container's path: the container, and what it holds."""
+    hop = {"kind": "object", "owner": name}
+    if items:
+        hop["holds"] = str(items)
+    return hop
+
+
+def _bounded_hops(hops) -> list:
+    """At most ``referrers.MAX_HOPS`` hops (cut in the middle), each text
+    field at most ``referrers.MAX_HOP_CHARS`` characters."""
+    out = []
+    for hop in referrers.cut_hops(list(hops)):
+        out.append({k: (referrers.bound(v) if isinstance(v, str) else v) for k, v in hop.items()
+                    if k in ("kind", "owner", "name", "where", "key_type", "keys", "holds")})
+    return out

@@ -50,6 +50,8 @@ import sys
 import time
 import types
 
+from tb_leak_plugin.metadata import FAN_OUT_KINDS, ROOT_KINDS, hop_text, text_hop, wildcard  # noqa: F401
+
 # Hops shown in a path at most; longer chains are cut in the middle.
 MAX_HOPS = 12
 # Objects followed per level of the search (the frontier): wide levels
@@ -151,9 +153,11 @@ class HeldBy:
     path: list[str]
     instances: int
     signature: tuple = ()
+    #: The typed hops (see ``hop_text``) the path's text is rendered from.
+    hops: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"path": list(self.path), "instances": int(self.instances)}
+        return {"path": list(self.path), "hops": [dict(h) for h in self.hops], "instances": int(self.instances)}
 
 
 @dataclasses.dataclass
@@ -189,12 +193,12 @@ def _type_label(obj) -> str:
     return _type_name(type(obj))
 
 
-def _key_label(key) -> str:
-    """A dict key as shown in a path: strings as they are, other keys by type
-    (a dict keyed by step is one path, whatever the step)."""
+def _key_hop(key) -> dict:
+    """The hop into a dict through ``key``: a string key as it is, any other
+    by its type (a dict keyed by step is one path, whatever the step)."""
     if issubclass(type(key), str):
-        return repr(_short(key, 40))
-    return _short(_type_attr(type(key), "__name__"))
+        return {"kind": "key", "name": _short(key, 40), "key_type": "str"}
+    return {"kind": "key", "name": _short(_type_attr(type(key), "__name__")), "key_type": "other"}
 
 
 _CO_OPTIMIZED = 0x1  # a function's frame: its locals live in the frame, not in a dict
@@ -214,16 +218,17 @@ class _Roots:
             namespace = module_namespace(module)
             if namespace is not None:
                 self.module_dicts.setdefault(id(namespace), _plain(name) or "?")
-        # id(value) -> (label of the local variable, value), for every
+        # id(value) -> (hop of the local variable, value), for every
         # running function's locals (innermost frames first).
-        self.locals: dict[int, tuple[str, object]] = {}
+        self.locals: dict[int, tuple[dict, object]] = {}
         for frame, clear in _running_frames():
             while frame is not None:
                 if not _is_own_frame(frame) and frame.f_code.co_flags & _CO_OPTIMIZED:
-                    what, where = _frame_place(frame)
+                    function, where = _frame_place(frame)
                     for name, value in _read_locals(frame, clear):
                         if id(type(value)) not in _ATOMIC_IDS:
-                            self.locals.setdefault(id(value), (f"{what} `{name}` ({where})", value))
+                            self.locals.setdefault(id(value), (
+                                {"kind": "local", "owner": function, "name": name, "where": where}, value))
                 frame = frame.f_back
 
     def release(self):
@@ -260,7 +265,7 @@ def _frame_place(frame) -> tuple[str, str]:
         where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
     except Exception:
         where = "?"
-    return f"{_short(code.co_name)}() local", where
+    return _short(code.co_name), where
 
 
 def _read_locals(frame, clear: bool = True) -> list:
@@ -317,9 +322,9 @@ class _Namer:
         self.wanted.setdefault(id(holder), set()).add(id(child))
 
     def key(self, mapping, child, owner=None):
-        """(label of ``child``'s key in ``mapping``, found): the key as shown
-        in a path, ``_FOUND_KEY`` when ``child`` is a key; when not found
-        within the bounds, the type of the keys seen (``int``) or ``?``."""
+        """(hop into ``child`` through its key in ``mapping``, found):
+        ``_FOUND_KEY`` when ``child`` is a key; when not found within the
+        bounds, a key hop naming the type of the keys seen (``int``) or ``?``."""
         entry = self._found.get(id(mapping))
         if entry is None or id(child) not in entry[2]:
             # Every child asked for through the mapping or through its owner
@@ -355,7 +360,7 @@ class _Namer:
                 if len(kinds) < 2:
                     kinds.setdefault(id(type(key)), type(key))
                 if id(value) in wanted and id(value) not in labels:
-                    labels[id(value)] = _key_label(key)
+                    labels[id(value)] = _key_hop(key)
                 elif id(key) in wanted and id(key) not in labels:
                     labels[id(key)] = _FOUND_KEY
                 if len(labels) >= len(wanted):
@@ -364,16 +369,18 @@ class _Namer:
                     break
         except Exception:
             pass  # changed by another thread while read: what was found stands
-        fallback = "?"
+        fallback = {"kind": "key", "name": "?", "key_type": "other"}
         if len(kinds) == 1:
-            fallback = _short(_type_attr(next(iter(kinds.values())), "__name__"))
+            fallback = {"kind": "key", "name": _short(_type_attr(next(iter(kinds.values())), "__name__")),
+                        "key_type": "other"}
         kinds.clear()
         return labels, fallback
 
 
-def _attribute_name(label) -> str | None:
-    if isinstance(label, str) and label.startswith("'"):
-        return label[1:-1]
+def _attribute_name(hop) -> str | None:
+    """The name of a string key: an attribute's name in an instance's or a class's namespace."""
+    if isinstance(hop, dict) and hop.get("key_type") == "str":
+        return hop.get("name")
     return None
 
 
@@ -404,22 +411,22 @@ def _instance_attribute(holder, child, namer) -> str | None:
 _SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 
 
-def _hop(holder, child, namer) -> tuple[str, bool]:
-    """(label of the hop from ``holder`` to ``child``, whether ``holder`` is a root)."""
+def _hop(holder, child, namer) -> tuple[dict, bool]:
+    """(the hop from ``holder`` to ``child``, whether ``holder`` is a root)."""
     roots = namer.roots
     holder_id = id(holder)
     kind = type(holder)
     if holder_id in roots.module_dicts:
         label, found = namer.key(holder, child)
         module = roots.module_dicts[holder_id]
-        name = (_attribute_name(label) or label) if found and label is not _FOUND_KEY else "?"
-        return f"global `{_short(module, 120)}.{name}`", True
+        name = (_attribute_name(label) or label.get("name")) if found and label is not _FOUND_KEY else "?"
+        return {"kind": "global", "name": f"{_short(module, 120)}.{name}"}, True
     if kind is types.FrameType:
         # A frame the collector lists is not running: a traceback's, or a
         # suspended generator's, keeping its locals alive.
-        what, where = _frame_place(holder)
+        function, where = _frame_place(holder)
         name = _frame_local_name(holder, child)
-        return f"frame of finished {what} `{name or '?'}` ({where})", False
+        return {"kind": "frame_local", "owner": function, "name": name or "?", "where": where}, False
     if issubclass(kind, type):
         qualname = _type_name(holder)
         namespace = _type_attr(holder, "__dict__")
@@ -428,51 +435,51 @@ def _hop(holder, child, namer) -> tuple[str, bool]:
         if name is None:
             # The class's own namespace dict, or something only the type's C
             # slots hold: no attribute to name.
-            return f"namespace of class `{qualname}`", True
-        return f"class attribute `{qualname}.{name}`", True
+            return {"kind": "class_namespace", "owner": qualname}, True
+        return {"kind": "class_attribute", "owner": qualname, "name": name}, True
     if kind is dict:
         label, found = namer.key(holder, child)
         if found and label is _FOUND_KEY:
-            return "dict (key)", False
-        return f"dict[{label}]", False
+            return {"kind": "dict_key"}, False
+        return dict(label), False
     for sequence in _SEQUENCES:
         if kind is sequence:
-            return sequence.__name__, False
+            return {"kind": "item", "owner": sequence.__name__}, False
     if kind is types.CellType:
-        return "cell", False
+        return {"kind": "cell"}, False
     if kind is types.FunctionType:
-        return f"function `{_short(holder.__qualname__)}`", False
+        return {"kind": "function", "owner": _short(holder.__qualname__)}, False
     if kind is types.GeneratorType or kind is types.CoroutineType:
         running = holder.gi_running if kind is types.GeneratorType else holder.cr_running
         # A running generator's frame is another thread's (or ours): not read.
         frame = None if running else (holder.gi_frame if kind is types.GeneratorType else holder.cr_frame)
         name = _frame_local_name(frame, child) if frame is not None else None
-        return f"generator `{_short(holder.__qualname__)}` local `{name or '?'}`", False
+        return {"kind": "generator_local", "owner": _short(holder.__qualname__), "name": name or "?"}, False
     attribute = _instance_attribute(holder, child, namer)
     label = _type_label(holder)
-    return (f"{label}.{attribute}" if attribute else label), False
+    if attribute:
+        return {"kind": "attribute", "owner": label, "name": attribute}, False
+    return {"kind": "object", "owner": label}, False
 
 
-def _collapse(hops: list[str], nodes: list) -> list[str]:
+def _collapse(hops: list[dict], nodes: list) -> list[dict]:
     """Merge an instance's ``__dict__`` hop into the instance (``Owner.attr``),
     and a closure's cell into its function."""
-    out: list[str] = []
+    out: list[dict] = []
     index = 0
     while index < len(hops):
         hop = hops[index]
         node = nodes[index]
         nxt = hops[index + 1] if index + 1 < len(hops) else None
-        if nxt is not None and nxt.startswith("dict[") and type(nodes[index + 1]) is dict \
+        if nxt is not None and nxt.get("kind") == "key" and type(nodes[index + 1]) is dict \
                 and _owns_dict(node, nodes[index + 1]):
-            key = nxt[len("dict["):-1]
-            out.append(f"{_type_label(node)}.{key[1:-1] if key.startswith(chr(39)) else key}")
+            out.append({"kind": "attribute", "owner": _type_label(node), "name": nxt.get("name")})
             index += 2
             continue
-        if hop.startswith("function `") and nxt in ("tuple",) and index + 2 < len(hops) \
-                and hops[index + 2] == "cell":
-            cell = nodes[index + 2]
-            var = _closure_name(node, cell)
-            out.append(f"closure of `{hop[len('function `'):-1]}` `{var or '?'}`")
+        if hop.get("kind") == "function" and nxt is not None and nxt.get("kind") == "item" \
+                and nxt.get("owner") == "tuple" and index + 2 < len(hops) and hops[index + 2].get("kind") == "cell":
+            var = _closure_name(node, nodes[index + 2])
+            out.append({"kind": "closure", "owner": hop.get("owner"), "name": var or "?"})
             index += 3
             continue
         out.append(hop)
@@ -616,28 +623,46 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
                     namer.want(nodes[holder_id], nodes[child_id])
                 if chain[0] is _ROOT:
                     namer.want(root_holders[ids[0]], nodes[ids[0]])
-        for index, (root_label, ids) in chains:
-            if root_label is _ROOT:
+        concrete: dict[tuple, dict] = {}  # signature -> {position: set of concrete key names}
+        first_hops: dict[tuple, list] = {}
+        for index, (root, ids) in chains:
+            if root is _ROOT:
                 # A module namespace or a class holds the chain's first object.
-                root_label = _hop(root_holders[ids[0]], nodes[ids[0]], namer)[0]
+                root = _hop(root_holders[ids[0]], nodes[ids[0]], namer)[0]
             found += 1
             chain_nodes = [nodes[i] for i in ids]
-            ours = any(_is_own_object(node) for node in chain_nodes[:-1]) or root_label.startswith(
-                ("global `" + _PACKAGE + ".", "global `" + _PACKAGE + "`"))
+            ours = any(_is_own_object(node) for node in chain_nodes[:-1]) or (
+                root.get("kind") == "global" and _is_own_module_name(root.get("name")))
             hops = [_hop(chain_nodes[i], chain_nodes[i + 1], namer)[0] for i in range(len(chain_nodes) - 1)]
-            path = [root_label] + _collapse(hops, chain_nodes[:-1])
-            if root_label.startswith("namespace of class `") and len(path) > 1 and path[1].startswith("dict['"):
+            path = [root] + _collapse(hops, chain_nodes[:-1])
+            if root.get("kind") == "class_namespace" and len(path) > 1 and path[1].get("kind") == "key" \
+                    and path[1].get("key_type") == "str":
                 # type -> its namespace dict -> value: one class attribute.
-                path = ["class attribute `" + root_label[len("namespace of class `"):-1] + "."
-                        + path[1][len("dict['"):-2] + "`"] + path[2:]
+                path = [{"kind": "class_attribute", "owner": root.get("owner"), "name": path[1].get("name")}] \
+                    + path[2:]
             chain_nodes = None
             if suffixes is not None and suffixes[index]:
-                path = path + list(suffixes[index])
-            signature = tuple(bound(hop) for hop in _cut(path))
+                path = path + [text_hop(hop) if not isinstance(hop, dict) else hop for hop in suffixes[index]]
+            path = cut_hops(path)
+            # Grouped by signature: string keys with their digits as wildcards.
+            signature = tuple(hop_text(wildcard(hop)) for hop in path)
             groups[signature] = groups.get(signature, 0) + 1
+            keys = concrete.setdefault(signature, {})
+            for position, hop in enumerate(path):
+                if hop.get("kind") == "key" and hop.get("key_type") == "str":
+                    names = keys.setdefault(position, set())
+                    if len(names) < 4096:
+                        names.add(hop.get("name"))
+            first_hops.setdefault(signature, path)
             if ours:
                 own_paths.add(signature)
-        held_by = [HeldBy(path=list(sig), instances=count, signature=sig) for sig, count in groups.items()]
+        held_by = []
+        for sig, count in groups.items():
+            hops = list(first_hops[sig])
+            for position, names in concrete[sig].items():
+                if len(names) > 1:
+                    hops[position] = {**wildcard(hops[position]), "keys": len(names)}
+            held_by.append(HeldBy(path=[hop_text(h) for h in hops], instances=count, signature=sig, hops=hops))
         held_by.sort(key=lambda h: (-h.instances, len(h.path)))
         if found < len(target_ids):
             complete = False
@@ -701,11 +726,23 @@ def _chain(target_id, parent, rooted):
     return None
 
 
-def _cut(path: list[str]) -> list[str]:
+def cut_hops(path: list) -> list:
+    """At most ``MAX_HOPS`` hops: a longer path keeps its first and last
+    hops around one ``elided`` hop."""
     if len(path) <= MAX_HOPS:
-        return path
+        return list(path)
     keep = MAX_HOPS // 2
-    return path[:keep] + [f"… {len(path) - 2 * keep + 1} hops …"] + path[-(keep - 1):]
+    return list(path[:keep]) + [{"kind": "elided", "name": str(len(path) - 2 * keep + 1)}] + list(path[-(keep - 1):])
+
+
+def _cut(path: list[str]) -> list[str]:
+    """``cut_hops`` for a path of text hops."""
+    return [hop_text(h) for h in cut_hops([text_hop(h) if not isinstance(h, dict) else h for h in path])]
+
+
+def _is_own_module_name(name) -> bool:
+    name = _plain(name) or ""
+    return name == _PACKAGE or name.startswith(_PACKAGE + ".")
 
 
 def describe(held: HeldBy, target_label: str | None = None, of: int | None = None) -> str:

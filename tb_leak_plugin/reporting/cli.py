@@ -116,6 +116,13 @@ def trace_lines(culprit: dict) -> list[str]:
     return lines
 
 
+def _library_title(run: dict, key: str) -> str:
+    for known in run.get("library_leaks") or []:
+        if known.get("key") == key:
+            return str(known.get("library", "the library"))
+    return "the library"
+
+
 def _limit_text(series: dict) -> str:
     """`` (cgroup v2 memory.max of 512 MiB)``: the limit a projection to
     out-of-memory is against; empty when the run did not record it."""
@@ -171,6 +178,15 @@ def format_text(report: dict) -> str:
                              f"(confidence {culprit['confidence']:.0%})")
                 lines.append(f"        {culprit['evidence']}")
                 lines += ["        " + line for line in trace_lines(culprit)]
+                known = (culprit.get("details") or {}).get("library_leak") \
+                    if isinstance(culprit.get("details"), dict) else None
+                if known:
+                    lines.append(f"        library leak: kept by {_library_title(run, known)} (see below)")
+        for known in run.get("library_leaks") or []:
+            lines.append(f"   library leak: {known['title']} ({known['versions']})")
+            lines.append(f"     {known['what']}")
+            lines.append(f"     workaround: {known['workaround']}")
+            lines.append(f"     reported: {', '.join(known['issues'])}")
         if run["hints"]:
             lines.append("   what it usually means:")
             for hint in run["hints"]:
@@ -229,6 +245,10 @@ def format_markdown(report: dict) -> str:
             lines.append(f"- **{_md_escape(culprit['kind'])}** {_md_escape(culprit['name'])}: {growth}/step. "
                          f"{_md_escape(culprit['evidence'])}")
             lines += ["  - " + _md_escape(line) for line in trace_lines(culprit)]
+        for known in run.get("library_leaks") or []:
+            # The catalogue is tb-leak's own text.
+            lines.append(f"- **library leak** ({known['library']}, {known['versions']}): {known['title']}. "
+                         f"**Workaround:** {known['workaround']} ({', '.join(known['issues'])})")
         for hint in run["hints"]:
             # Hints are tb-leak's own text, with intended `code` spans.
             lines.append(f"- *{hint['title']}*: {hint['text']} **Fix:** {hint['fix']}")

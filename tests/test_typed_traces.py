@@ -1,0 +1,158 @@
+"""Leak traces as values: typed hops, wildcard keys, paths that cannot
+accumulate, and known library leaks.
+
+`referrers.trace` runs on real objects in this process (no TensorFlow);
+the report side reads traces as the monitor writes them.
+"""
+
+import json
+
+import pytest
+
+from tb_leak_plugin.analysis import holders, library_leaks
+from tb_leak_plugin.analysis.results import Culprit
+from tb_leak_plugin.capture import online, referrers
+from tb_leak_plugin.metadata import hop_text
+
+
+class Box:
+    def __init__(self):
+        self.payload = [0]
+
+
+def test_a_thousand_keys_are_one_path_with_a_count():
+    registry = {}
+    for i in range(1000):
+        registry[f"pyfunc_{i}"] = Box()
+    targets = [registry[f"pyfunc_{i}"] for i in range(0, 1000, 31)]
+    result = referrers.trace(targets, time_cap_s=2.0)
+    assert len(result.held_by) == 1, [h.path for h in result.held_by]
+    held = result.held_by[0]
+    assert held.instances == len(targets)
+    key = held.hops[-1]
+    assert key["kind"] == "key" and key["name"] == "pyfunc_*" and key["keys"] == len(targets)
+    assert held.path[-1] == f"dict[<{len(targets)} keys 'pyfunc_*'>]"
+    assert held.hops[0] == {"kind": "local", "owner": "test_a_thousand_keys_are_one_path_with_a_count",
+                            "name": "registry", "where": held.hops[0]["where"]}
+
+
+def test_one_key_stays_concrete():
+    store = {"layer_3": [Box() for _ in range(20)]}
+    result = referrers.trace(store["layer_3"][:10], time_cap_s=2.0)
+    (held,) = result.held_by
+    assert [h["kind"] for h in held.hops] == ["local", "key", "item"]
+    assert held.path[1:] == ["dict['layer_3']", "list"]
+
+
+class Trainer:
+    def __init__(self):
+        self.history = []
+
+
+def test_attributes_and_closures_are_typed():
+    trainer = Trainer()
+    trainer.history.extend(Box() for _ in range(8))
+    result = referrers.trace(trainer.history[:4], time_cap_s=2.0)
+    hops = result.held_by[0].hops
+    assert hops[1] == {"kind": "attribute", "owner": "Trainer", "name": "history"}
+    assert result.held_by[0].path[1] == "Trainer.history"
+
+    def make():
+        kept = []
+
+        def step():
+            kept.append(Box())
+        return step
+
+    step = make()
+    for _ in range(5):
+        step()
+    result = referrers.trace(step.__closure__[0].cell_contents[:3], time_cap_s=2.0)
+    hops = result.held_by[0].hops
+    assert [h["kind"] for h in hops] == ["local", "closure", "item"], hops
+    assert hops[0]["name"] == "step" and hops[1]["name"] == "kept"
+    assert hops[1]["owner"].startswith("test_attributes_and_closures_are_typed.<locals>")
+
+
+def _held(hops, instances):
+    return referrers.HeldBy(path=[hop_text(h) for h in hops], instances=instances, hops=hops)
+
+
+def test_a_path_that_holds_one_object_is_not_where_many_accumulate():
+    single = _held([{"kind": "global", "name": "email.quoprimime._QUOPRI_BODY_MAP"}], 1)
+    fanned = _held([{"kind": "local", "owner": "train", "name": "kept", "where": "t.py:1"},
+                    {"kind": "item", "owner": "list"}], 30)
+    among_many = referrers.TraceResult([fanned, single], traced=32, found=31, seconds=0.1, complete=True)
+    assert online._accumulates(fanned, among_many)
+    assert not online._accumulates(single, among_many)
+    # Traced alone (a tf.function, one leaking object), the one path is the answer.
+    alone = referrers.TraceResult([single], traced=1, found=1, seconds=0.1, complete=True)
+    assert online._accumulates(single, alone)
+
+
+def test_a_wildcard_counts_every_instance_when_each_has_its_own_key():
+    hops = [{"kind": "global", "name": "script_ops._py_funcs"},
+            {"kind": "attribute", "owner": "FuncRegistry", "name": "_funcs"},
+            {"kind": "key", "name": "pyfunc_*", "key_type": "str", "keys": 29}]
+    entry = online._held_entry(_held(hops, 29), 1164)
+    assert entry["path"][-1] == "dict[<1,164 keys 'pyfunc_*'>]"
+    assert entry["instances"] == 1164 and entry["sampled"] == 29
+
+
+def test_hops_read_from_a_file_are_checked():
+    path = ["global `m.x`", "list"]
+    good = [{"kind": "global", "name": "m.x"}, {"kind": "item", "owner": "list"}]
+    assert holders.clean_hops(good, path) == good
+    for bad in ([{"kind": "<script>", "name": "x"}, {"kind": "item"}], [{"kind": "global"}], "nope",
+                [{"kind": "global", "name": "m.x"}, ["item"]]):
+        assert holders.clean_hops(bad, path) == [{"kind": "text", "name": p} for p in path]
+    long = holders.clean_hops([{"kind": "global", "name": "x" * 10_000, "keys": -1}, {"kind": "item"}], path)
+    assert len(long[0]["name"]) <= holders.MAX_TEXT_CHARS and "keys" not in long[0]
+
+
+def test_holder_key_is_the_accumulation_point_from_typed_hops():
+    hops = [{"kind": "local", "owner": "train", "name": "history", "where": "t.py:3"},
+            {"kind": "item", "owner": "list"}, {"kind": "attribute", "owner": "Record", "name": "payload"}]
+    a = Culprit("object_type", "m.Record", 1.0, "objects", "", 1.0,
+                details={"held_by": [{"path": [hop_text(h) for h in hops], "hops": hops}]})
+    container_hops = [hops[0], {"kind": "object", "owner": "list", "holds": "Record"}]
+    b = Culprit("container", "train() local `history` (t.py:3) → list of Record", 1.0, "items", "", 1.0,
+                details={"container_hops": container_hops,
+                         "held_by": [{"path": [hop_text(hops[0])], "hops": [hops[0]]}]})
+    assert holders.holder_key(a) == holders.holder_key(b)
+    merged = holders.merge_by_holder([a, b])
+    assert merged == [a] and a.details["also"][0]["kind"] == "container"
+
+
+# ------------------------------------------------------------ library leaks
+
+
+def _culprit(kind, name, hint=None, paths=()):
+    return Culprit(kind, name, 1.0, "objects", "", 1.0, hint=hint,
+                   details={"held_by": [{"path": list(p)} for p in paths]} if paths else {})
+
+
+@pytest.mark.parametrize("culprit,key", [
+    (_culprit("object_type", "weakref.KeyedRef", "py_function_registry"), "py_function_registry"),
+    (_culprit("object_type", "builtins.function", "objects_generic",
+              [["global `tensorflow.python.ops.script_ops._py_funcs`", "FuncRegistry._funcs"]]),
+     "py_function_registry"),
+    (_culprit("runtime", "Keras automatic names (keras)", "keras_names"), "keras_global_state"),
+    (_culprit("retracing", "tf.function traces (eager context functions)", "retracing"), "retracing"),
+    (_culprit("graph", "graph operations in the default graph", "graph_grows"), "v1_default_graph"),
+    (_culprit("graph", "graph operations in graphs the program holds", "graph_grows"), None),
+    (_culprit("object_type", "tensorflow.python.framework.ops.EagerTensor", "tensors_kept",
+              [["train() local `history` (t.py:1)", "list"]]), None),
+    (_culprit("retracing", "train_step", "function_per_step"), None),
+])
+def test_known_library_leaks_are_told_apart_from_the_programs_own(culprit, key):
+    entry = library_leaks.match(culprit)
+    assert (entry.key if entry else None) == key
+
+
+def test_every_catalogue_entry_says_where_it_is_known_and_what_to_do():
+    for entry in library_leaks.CATALOGUE:
+        assert entry.versions and entry.workaround and entry.what
+        assert entry.issues and all(u.startswith("https://github.com/") for u in entry.issues)
+        assert entry.hints or entry.names or entry.hops
+        json.dumps(entry.to_dict())
