@@ -156,3 +156,41 @@ def test_every_catalogue_entry_says_where_it_is_known_and_what_to_do():
         assert entry.issues and all(u.startswith("https://github.com/") for u in entry.issues)
         assert entry.hints or entry.names or entry.hops
         json.dumps(entry.to_dict())
+
+
+def test_a_library_registry_is_a_root_named_in_one_level():
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.python.ops import script_ops
+
+    def rows():
+        yield 1.0
+
+    for _ in range(24):  # a pipeline over a Python generator rebuilt per step
+        next(iter(tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec([], tf.float32))))
+    targets = list(script_ops._py_funcs._funcs.data.values())[-16:]
+    assert len(targets) >= 8
+    result = referrers.trace(targets, time_cap_s=2.0)
+    assert result.levels <= 1, result.levels
+    held = result.held_by[0]
+    assert held.path[:3] == ["global `tensorflow.python.ops.script_ops._py_funcs`", "FuncRegistry._funcs",
+                             "WeakValueDictionary.data"], held.path
+    assert held.hops[3]["kind"] == "key" and held.hops[3]["name"] == "pyfunc_*" and held.hops[3]["keys"] >= 8
+    assert library_leaks.match(_culprit("object_type", "builtins.function", None, [held.path])).key \
+        == "py_function_registry"
+
+
+def test_the_report_lists_library_leaks_in_every_format(tmp_path, capsys):
+    from tb_leak_plugin.reporting import cli
+    from test_cli import write_run
+
+    write_run(str(tmp_path / "run"), True, retrace=True)
+    assert cli.main(["analyze", str(tmp_path), "--format", "json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    known = {k["key"]: k for k in run["library_leaks"]}
+    assert "retracing" in known and known["retracing"]["culprits"]
+    assert any(c["details"].get("library_leak") == "retracing" for c in run["culprits"])
+    cli.main(["analyze", str(tmp_path)])
+    text = capsys.readouterr().out
+    assert "library leak: tf.function's trace cache" in text and "workaround:" in text
+    cli.main(["analyze", str(tmp_path), "--format", "markdown"])
+    assert "**library leak**" in capsys.readouterr().out

@@ -98,18 +98,19 @@ _GROUPS = {
     "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
 }
-# The cheap counters are limited by the budget alone for their first
-# _CHEAP_DENSE_RUNS points or _CHEAP_DENSE_S seconds, whichever ends first (a
-# short repro gets a hundred points in seconds); then they wait 2*sqrt(t)/K
-# between points at training time t since their first run (K =
-# _CHEAP_POINTS_PER_SQRT_S): about K*sqrt(T) points in T seconds, so a long
-# job's output grows with the square root of its length (a point every 1.4 s
-# at 2 min, 3.1 s at 10 min, 64 s at 3 days: ~8,200 points a series), the
-# whole run covered, the recent past dense, and the first seconds never more
-# than a hundred points of it (the analysis weighs points, not seconds).
+# The cheap counters wait, between points at training time t since their
+# first run, the shorter of t/N (N = _CHEAP_POINTS_PER_E_FOLD) and 2*sqrt(t)/K
+# (K = _CHEAP_POINTS_PER_SQRT_S), and never less than the budget allows.
+# Early on that is t/N: about N points each time the run's length grows by a
+# factor e, so whatever the run's length so far its last third always holds
+# about N*ln(1.5) = 40 points (the analysis judges the current trend on the
+# last third of the run, and a short repro needs them there, not in its first
+# seconds). From (2N/K)^2 = 156 s on it is 2*sqrt(t)/K: about K*sqrt(T)
+# points in T seconds, so a long job's output grows with the square root of
+# its length (a point every 3.1 s at 10 min, 64 s at 3 days: ~8,700 points a
+# series), the whole run covered and the recent past dense.
 _CHEAP_POINTS_PER_SQRT_S = 16.0
-_CHEAP_DENSE_S = 4.0
-_CHEAP_DENSE_RUNS = 100
+_CHEAP_POINTS_PER_E_FOLD = 100.0
 # The largest share of a stretch of training time one unit's runs may take.
 _MAX_DUTY = 0.5
 # Share of the budget no probe group spends (see Monitor.__init__).
@@ -190,9 +191,10 @@ class _Unit:
         gap = max(self.min_gap_s, (self.cost_s if next_s is None else next_s) * (1.0 / _MAX_DUTY - 1.0))
         spaced = self.first_train_s + max(since * (1.0 + self.spread / (self.runs + 1)), since + gap)
         if self.points_per_sqrt_s:
-            # About K*sqrt(T) runs in T seconds (see _CHEAP_POINTS_PER_SQRT_S).
-            if self.runs >= _CHEAP_DENSE_RUNS or since >= _CHEAP_DENSE_S:
-                spaced = max(spaced, self.last_train_s + 2.0 * math.sqrt(since) / self.points_per_sqrt_s)
+            # About N points per e-fold of the run, then K*sqrt(T) in T
+            # seconds (see _CHEAP_POINTS_PER_SQRT_S).
+            wait = min(since / _CHEAP_POINTS_PER_E_FOLD, 2.0 * math.sqrt(since) / self.points_per_sqrt_s)
+            spaced = max(spaced, self.last_train_s + wait)
         self.due_train_s = max(paid, spaced)
 
 

@@ -202,6 +202,40 @@ def _key_hop(key) -> dict:
 
 
 _CO_OPTIMIZED = 0x1  # a function's frame: its locals live in the frame, not in a dict
+
+# Registries of libraries that keep what a program makes per step, as a module
+# and a chain of attributes to the container: TensorFlow's py-function
+# registry (every Dataset.from_generator, tf.py_function, tf.numpy_function).
+LIBRARY_REGISTRIES = (
+    ("tensorflow.python.ops.script_ops", ("_py_funcs", "_funcs", "data")),
+)
+
+
+def _registry(module_name: str, chain: tuple):
+    """(the container, the hops to it) of a known registry whose module is
+    loaded, or None. Read through namespaces only (no property or
+    ``__getattr__`` of the library runs)."""
+    table = sys.modules
+    try:
+        module = dict.get(table, module_name) if issubclass(type(table), dict) else None
+    except Exception:
+        return None
+    namespace = module_namespace(module) if module is not None else None
+    if namespace is None or not chain:
+        return None
+    try:
+        obj = dict.get(namespace, chain[0])
+        hops = [{"kind": "global", "name": f"{module_name}.{chain[0]}"}]
+        for name in chain[1:]:
+            attributes = _instance_dict(obj)
+            if attributes is None:
+                return None
+            owner = _type_label(obj)
+            obj = dict.get(attributes, name)
+            hops.append({"kind": "attribute", "owner": owner, "name": name})
+    except Exception:
+        return None
+    return (obj, hops) if type(obj) is dict else None
 _ATOMIC = (type(None), bool, int, float, complex, str, bytes)
 _ATOMIC_IDS = frozenset(map(id, _ATOMIC))  # compared by identity: a metaclass's __eq__ never runs
 
@@ -230,6 +264,16 @@ class _Roots:
                             self.locals.setdefault(id(value), (
                                 {"kind": "local", "owner": function, "name": name, "where": where}, value))
                 frame = frame.f_back
+
+        # id(container) -> the hops from its module global to it, for the
+        # registries of libraries known to keep what a program makes per
+        # step (see LIBRARY_REGISTRIES): a root, so that what they hold is
+        # named in one level of the search instead of four.
+        self.registries: dict[int, list] = {}
+        for module_name, chain in LIBRARY_REGISTRIES:
+            found = _registry(module_name, chain)
+            if found is not None:
+                self.registries.setdefault(id(found[0]), found[1])
 
     def release(self):
         self.locals.clear()
@@ -416,6 +460,10 @@ def _hop(holder, child, namer) -> tuple[dict, bool]:
     roots = namer.roots
     holder_id = id(holder)
     kind = type(holder)
+    if holder_id in roots.registries:
+        label, found = namer.key(holder, child)
+        last = dict(label) if found and label is not _FOUND_KEY else {"kind": "dict_key"}
+        return [*roots.registries[holder_id], last], True
     if holder_id in roots.module_dicts:
         label, found = namer.key(holder, child)
         module = roots.module_dicts[holder_id]
@@ -573,7 +621,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
                     if holder_id in own or holder_id in wanted:
                         continue
                     kind = type(holder)
-                    is_root = holder_id in roots.module_dicts or issubclass(kind, type)
+                    is_root = holder_id in roots.module_dicts or holder_id in roots.registries \
+                        or issubclass(kind, type)
                     if is_root is not roots_pass:
                         continue
                     if not _may_hold(holder, kind, is_root, nodes, own_kinds):
@@ -627,14 +676,17 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
         first_hops: dict[tuple, list] = {}
         for index, (root, ids) in chains:
             if root is _ROOT:
-                # A module namespace or a class holds the chain's first object.
+                # A module namespace, a class or a known registry holds the
+                # chain's first object.
                 root = _hop(root_holders[ids[0]], nodes[ids[0]], namer)[0]
+            prefix = root[1:] if isinstance(root, list) else []
+            root = root[0] if isinstance(root, list) else root
             found += 1
             chain_nodes = [nodes[i] for i in ids]
             ours = any(_is_own_object(node) for node in chain_nodes[:-1]) or (
                 root.get("kind") == "global" and _is_own_module_name(root.get("name")))
             hops = [_hop(chain_nodes[i], chain_nodes[i + 1], namer)[0] for i in range(len(chain_nodes) - 1)]
-            path = [root] + _collapse(hops, chain_nodes[:-1])
+            path = [root] + prefix + _collapse(hops, chain_nodes[:-1])
             if root.get("kind") == "class_namespace" and len(path) > 1 and path[1].get("kind") == "key" \
                     and path[1].get("key_type") == "str":
                 # type -> its namespace dict -> value: one class attribute.
