@@ -27,7 +27,9 @@ function html(name, className, text) {
 
 /** "Nice" tick values covering [min, max], about `count` of them. */
 export function niceTicks(min, max, count = 5) {
-  if (!(max > min)) {
+  // A range lost in the values' rounding (a flat series whose fitted trend
+  // differs from it in the last bits) is flat: ticks could never step across it.
+  if (!(max - min > 1e-9 * Math.max(Math.abs(min), Math.abs(max)))) {
     const pad = Math.abs(min) > 0 ? Math.abs(min) * 0.05 : 1;
     min -= pad;
     max += pad;
@@ -36,7 +38,9 @@ export function niceTicks(min, max, count = 5) {
   const power = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= raw) || 10 * power;
   const ticks = [];
-  for (let value = Math.ceil(min / step) * step; value <= max + step * 1e-9; value += step) {
+  if (!(step > 0) || !Number.isFinite(min) || !Number.isFinite(max)) return { ticks, step: 1, min, max };
+  for (let value = Math.ceil(min / step) * step; value <= max + step * 1e-9 && ticks.length <= 4 * count + 8;
+    value += step) {
     ticks.push(Math.abs(value) < step * 1e-9 ? 0 : value);
   }
   return { ticks, step, min, max };
@@ -48,7 +52,10 @@ function timeTicks(min, max, count = 5) {
   const raw = (max - min) / Math.max(1, count);
   const step = TIME_STEPS.find((s) => s >= raw) || Math.ceil(raw / 86400) * 86400;
   const ticks = [];
-  for (let value = Math.ceil(min / step) * step; value <= max; value += step) ticks.push(value);
+  if (!(step > 0) || !Number.isFinite(min) || !Number.isFinite(max)) return ticks;
+  for (let value = Math.ceil(min / step) * step; value <= max && ticks.length <= 4 * count + 8; value += step) {
+    ticks.push(value);
+  }
   return ticks;
 }
 

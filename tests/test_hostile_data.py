@@ -480,3 +480,50 @@ def test_json_output_is_strict_whatever_the_report_holds():
     report = {"runs": [{"growth": float("nan"), "ci": (float("inf"), -float("inf"), 1.5), "n": 3, "ok": True}]}
     assert json.dumps(cli.json_safe(report), allow_nan=False) == \
         '{"runs": [{"growth": null, "ci": [null, null, 1.5], "n": 3, "ok": true}]}'
+
+
+def test_a_chart_of_a_range_lost_in_rounding_draws(chromium):
+    """A flat series whose values (or fitted trend) differ from each other in
+    the last bits only: the axis has ticks and the page never hangs or
+    throws (a tick loop that cannot step across the range would)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    origin = "http://tbleak.test"
+
+    def serve(route):
+        name = route.request.url[len(origin) + 1:].split("?")[0]
+        if name == "index.html":
+            return route.fulfill(status=200, content_type="text/html",
+                                 body="<!doctype html><meta charset='utf-8'><body></body>")
+        path = os.path.join(FRONTEND, os.path.basename(name))
+        if not name.endswith(".js") or not os.path.isfile(path):
+            return route.fulfill(status=404, body="")
+        with open(path, encoding="utf-8") as handle:
+            return route.fulfill(status=200, content_type="text/javascript", body=handle.read())
+
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=cp.CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.route(f"{origin}/**", serve)
+            page.goto(f"{origin}/index.html")
+            labels = page.evaluate("""async () => {
+                const chart = await import("./chart.js");
+                const out = [];
+                for (const [y, unit] of [[[94791984, 94791984.00000001, 94791984], "bytes"],
+                                          [[15681, 15681.000000000002, 15681], "count"],
+                                          [[1e300, 1e300, 1e300], "count"]]) {
+                  const host = document.createElement("div");
+                  document.body.append(host);
+                  chart.mountTimeline(host, { title: "t", tag: "t", unit, xMode: "step", band: false, height: 200,
+                    series: [{ label: "r", color: "#000", verdict: "no_leak", x: [0, 1, 2], y,
+                               trend: { x: [0, 2], y: [y[0], y[1]] } }] });
+                  out.push([...host.querySelectorAll("svg .axis text")].map((n) => n.textContent));
+                }
+                return out;
+            }""")
+        finally:
+            browser.close()
+    assert not errors, errors
+    assert all(len(axis) >= 2 for axis in labels), labels

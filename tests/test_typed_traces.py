@@ -85,6 +85,9 @@ def test_a_path_that_holds_one_object_is_not_where_many_accumulate():
     among_many = referrers.TraceResult([fanned, single], traced=32, found=31, seconds=0.1, complete=True)
     assert online._accumulates(fanned, among_many)
     assert not online._accumulates(single, among_many)
+    # ... also when the time cap left most of the sample unfound.
+    cut_short = referrers.TraceResult([single], traced=32, found=2, seconds=0.25, complete=False)
+    assert not online._accumulates(single, cut_short)
     # Traced alone (a tf.function, one leaking object), the one path is the answer.
     alone = referrers.TraceResult([single], traced=1, found=1, seconds=0.1, complete=True)
     assert online._accumulates(single, alone)

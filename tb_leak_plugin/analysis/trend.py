@@ -308,9 +308,12 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
         stairs = size > 0 and sum(0.5 * size < r < 2.0 * size for r in _rises(t, y, starts)) >= 2
         readings = [besides] + (readings if stairs else [])
     leak_readings = list(readings)
-    if yy.size >= 4 + len(cols):
+    if yy.size - 1 > len(cols):
         # A leak must not rest on one sample: the last, whose leverage is the
-        # largest (heap walks early and one at close), is left out once.
+        # largest (heap walks early and one at close), is left out once,
+        # whenever a line through the others still has a residual to judge
+        # it by (four heap walks at steps 0, 5, 14 and 249: a one-off rise
+        # between the last two is not a trend).
         last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)
         leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
     refill = 0.0

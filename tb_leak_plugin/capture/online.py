@@ -595,7 +595,11 @@ class LeakWatch:
             detail = _trace_detail(culprit, step, live, new, since, result)
             self._write_trace(key, detail, step, wall_time, result.traced, write)
             traced_any = True
-        explained = any(c.kind in ("object_type", "tensors", "retracing", "container") for c in report.culprits)
+        # Memory whose growth a traceable culprit explains is traced through
+        # it; the total of gc-tracked objects names no type to trace.
+        explained = any(c.kind in ("object_type", "tensors", "retracing", "container")
+                        and not str((c.details or {}).get("tag", "")).startswith("leak/gc/")
+                        for c in report.culprits)
         memory = next((c for c in report.culprits if c.kind == "series"), None)
         if memory is not None and not explained and len(self._held_by) < MAX_TRACES:
             before = len(self._held_by)
@@ -875,7 +879,7 @@ def _accumulates(held, result) -> bool:
     hops = held.hops or []
     if hops and hops[0].get("kind") == "class_namespace" and len(hops) == 1:
         return False  # the instance is a class's own namespace: it holds nothing
-    if held.instances > 1 or result.found < 4:
+    if held.instances > 1 or result.traced < 4:
         return True
     return any(h.get("kind") in referrers.FAN_OUT_KINDS for h in hops)
 
