@@ -6,7 +6,9 @@ Every scenario file in this directory (``sNN_*.py``) defines ``leaky`` and
 ``LeakCallback``), ``STEPS``, ``SLICE`` and ``EXPECT``. Each variant runs in a fresh
 interpreter and writes ``<logdir>/<scenario>/<variant>``; then
 ``python -m tb_leak_plugin analyze <logdir> --format json`` judges the runs and
-this script scores them against ``EXPECT``.
+this script scores them against ``EXPECT`` (``verdict`` / ``verdict_not``,
+``culprit_any`` in the top 3 culprits and, when given, ``holder_any`` in the
+first ``held_by`` path of one of them, totalled as "holder named").
 
     python benchmarks/heldout/run_heldout.py                  # everything
     python benchmarks/heldout/run_heldout.py --slice tune     # only the tuning slice
@@ -128,12 +130,41 @@ def _culprit_text(culprit):
     return " | ".join(str(culprit.get(k, "")) for k in ("name", "kind", "hint"))
 
 
+def _first_held_by_path(culprit):
+    """The culprit's first leak-trace path as one string ("" if it has none).
+
+    ``held_by`` is read at the culprit's top level or under ``details``; a path
+    is a list of hops (joined with " -> ") or, tolerated, a single string.
+    """
+    if not isinstance(culprit, dict):
+        return ""
+    details = culprit.get("details") if isinstance(culprit.get("details"), dict) else {}
+    for held in (culprit.get("held_by"), details.get("held_by")):
+        if isinstance(held, dict):
+            held = [held]
+        if not isinstance(held, list) or not held:
+            continue
+        first = held[0]
+        path = first.get("path") if isinstance(first, dict) else first
+        if isinstance(path, (list, tuple)):
+            text = " -> ".join(str(hop) for hop in path)
+        elif path is not None:
+            text = str(path)
+        else:
+            text = ""
+        if text:
+            return text
+    return ""
+
+
 def _score(expect, run, status):
-    """Returns (verdict, verdict_ok, culprit_ok or None, top3 names)."""
+    """Returns (verdict, verdict_ok, culprit_ok or None, holder_ok or None, top3 names, top3 first paths)."""
+    culprit_missing = False if "culprit_any" in expect else None
+    holder_missing = False if "holder_any" in expect else None
     if status != 0:
-        return ("error" if status != "timeout" else "timeout"), False, (False if "culprit_any" in expect else None), []
+        return ("error" if status != "timeout" else "timeout"), False, culprit_missing, holder_missing, [], []
     if run is None:
-        return "missing", False, (False if "culprit_any" in expect else None), []
+        return "missing", False, culprit_missing, holder_missing, [], []
     verdict = run.get("verdict", "?")
     ok = True
     if "verdict" in expect:
@@ -145,7 +176,11 @@ def _score(expect, run, status):
     if "culprit_any" in expect:
         text = " || ".join(_culprit_text(c) for c in top).lower()
         culprit_ok = any(s.lower() in text for s in expect["culprit_any"])
-    return verdict, ok, culprit_ok, [str(c.get("name", "?")) for c in top]
+    paths = [_first_held_by_path(c) for c in top]
+    holder_ok = None
+    if "holder_any" in expect:
+        holder_ok = any(s.lower() in path.lower() for path in paths if path for s in expect["holder_any"])
+    return verdict, ok, culprit_ok, holder_ok, [str(c.get("name", "?")) for c in top], paths
 
 
 def _totals(rows):
@@ -155,6 +190,8 @@ def _totals(rows):
         "leaky_runs": len(leaky),
         "leaks_caught": sum(r["verdict"] == "leak" for r in leaky),
         "right_culprit_top3": sum(r["verdict"] == "leak" and bool(r["culprit_ok"]) for r in leaky),
+        "holder_runs": sum(r.get("holder_ok") is not None for r in leaky),
+        "holder_named": sum(r["verdict"] == "leak" and bool(r.get("holder_ok")) for r in leaky),
         "leaky_inconclusive": sum(r["verdict"] == "inconclusive" for r in leaky),
         "fixed_runs": len(fixed),
         "false_alarms": sum(r["verdict"] == "leak" for r in fixed),
@@ -166,25 +203,30 @@ def _totals(rows):
 
 
 def _print_totals(label, t):
-    print("%-8s leaks caught %d/%d, right culprit in top 3 %d/%d, leaky inconclusive %d | "
+    holder = (", holder named %d/%d" % (t["holder_named"], t["holder_runs"])) if t.get("holder_runs") else ""
+    print("%-8s leaks caught %d/%d, right culprit in top 3 %d/%d%s, leaky inconclusive %d | "
           "false alarms %d/%d, fixed inconclusive %d | errors %d | passed %d/%d"
-          % (label, t["leaks_caught"], t["leaky_runs"], t["right_culprit_top3"], t["leaky_runs"],
+          % (label, t["leaks_caught"], t["leaky_runs"], t["right_culprit_top3"], t["leaky_runs"], holder,
              t["leaky_inconclusive"], t["false_alarms"], t["fixed_runs"], t["fixed_inconclusive"],
              t["errors"], t["passed"], t["runs"]))
 
 
 def _print_table(rows):
-    head = ("scenario", "slice", "variant", "verdict", "top-3 culprits", "culprit", "pass", "wall s")
-    print("%-30s %-7s %-6s %-12s %-70s %-7s %-4s %6s" % head)
-    print("-" * 150)
+    head = ("scenario", "slice", "variant", "verdict", "top-3 culprits", "culprit", "holder", "pass", "wall s")
+    print("%-36s %-8s %-6s %-12s %-70s %-7s %-6s %-4s %6s" % head)
+    print("-" * 166)
     for r in rows:
         names = ", ".join(r["top3"]) or "-"
         if len(names) > 70:
             names = names[:67] + "..."
         cul = "-" if r["culprit_ok"] is None else ("yes" if r["culprit_ok"] else "no")
-        print("%-30s %-7s %-6s %-12s %-70s %-7s %-4s %6.1f"
-              % (r["scenario"], r["slice"], r["variant"], r["verdict"], names, cul,
+        hold = "-" if r.get("holder_ok") is None else ("yes" if r["holder_ok"] else "no")
+        print("%-36s %-8s %-6s %-12s %-70s %-7s %-6s %-4s %6.1f"
+              % (r["scenario"], r["slice"], r["variant"], r["verdict"], names, cul, hold,
                  "PASS" if r["pass"] else "FAIL", r["wall"]))
+        if r.get("holder_ok") is not None:
+            first = next((p for p in r.get("top3_paths") or [] if p), "")
+            print("      held by: " + (first[:140] if first else "-"))
         if r.get("stderr_tail"):
             for line in r["stderr_tail"].splitlines():
                 print("      ! " + line)
@@ -192,7 +234,7 @@ def _print_table(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--slice", choices=("tune", "holdout", "holdout2", "all"), default="all")
+    ap.add_argument("--slice", choices=("tune", "holdout", "holdout2", "holdout3", "all"), default="all")
     ap.add_argument("--logdir", default=None, help="where the runs go (default: a new temp dir, kept)")
     ap.add_argument("--only", default=None, help="run only scenarios whose name contains this (or matches this regex)")
     ap.add_argument("--jobs", type=int, default=1, help="variants run in parallel (default 1)")
@@ -245,11 +287,13 @@ def main(argv=None):
         for v in VARIANTS:
             res = results[(s["name"], v)]
             expect = (s.get("EXPECT") or {}).get(v, {})
-            verdict, ok, culprit_ok, top3 = _score(expect, reports.get("%s/%s" % (s["name"], v)), res["rc"])
-            passed = ok and culprit_ok is not False
+            verdict, ok, culprit_ok, holder_ok, top3, paths = _score(
+                expect, reports.get("%s/%s" % (s["name"], v)), res["rc"])
+            passed = ok and culprit_ok is not False        # holder_any is totalled, not part of a pass
             rows.append({"scenario": s["name"], "slice": s.get("SLICE", "?"), "variant": v, "verdict": verdict,
-                         "verdict_ok": ok, "culprit_ok": culprit_ok, "top3": top3, "pass": passed,
-                         "wall": res["wall"], "stderr_tail": res["stderr_tail"]})
+                         "verdict_ok": ok, "culprit_ok": culprit_ok, "holder_ok": holder_ok, "top3": top3,
+                         "top3_paths": paths, "pass": passed, "wall": res["wall"],
+                         "stderr_tail": res["stderr_tail"]})
 
     shown = [r for r in rows if not r["slice"].startswith("holdout") or args.show_holdout]
     print()
@@ -260,7 +304,7 @@ def main(argv=None):
         print("(%d holdout runs not shown; --show-holdout to list them)" % hidden)
     print()
     totals = {}
-    for label in ("tune", "holdout", "holdout2"):
+    for label in ("tune", "holdout", "holdout2", "holdout3"):
         sub = [r for r in rows if r["slice"] == label]
         if sub:
             totals[label] = _totals(sub)
