@@ -94,7 +94,7 @@ def loop_dict_by_step(logdir, seen):
     outputs = {}
     monitor = Monitor(str(logdir), on_leak=seen.append)
     for step in _steps(monitor):
-        outputs[step] = [float(step)] * 2048  # a step's outputs (16 KiB), kept
+        outputs[step] = [float(step)] * 256  # a step's outputs, kept
         _pause()
         monitor.sample(step)
     monitor.close()
