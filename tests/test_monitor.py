@@ -351,7 +351,9 @@ def test_each_heap_walk_writes_what_its_collection_found_and_types_named_later_c
     assert len(walks) >= 3
     assert list(collected.steps) == list(walks) == list(full.steps)
     assert np.all(collected.values >= 0) and set(full.values) <= {0.0, 1.0}
-    assert full.values[0] == 1.0 and full.values[-1] == 1.0
+    # The first walk collects fully; whether the last does depends on how
+    # much cyclic garbage the program made (the next test pins that rule).
+    assert full.values[0] == 1.0
     record = next(s for tag, s in run.series.items() if tag.startswith("leak/objects/") and tag.endswith("Record"))
     before = json.loads(record.info.detail)["before"]
     assert before[0][0] == 0 and before[0][2] <= 1  # its count at the first walk
