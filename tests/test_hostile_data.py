@@ -415,6 +415,22 @@ def test_cli_shows_bidi_controls_in_job_blocks_as_escapes():
         assert "\\u202e" in text and "\\u2069" in text and "\\u200f" in text
 
 
+ORIGIN = "http://tbleak.test"
+
+
+def _serve_frontend(route):
+    """The Leak tab's own modules from the frontend folder, on a blank page."""
+    name = route.request.url[len(ORIGIN) + 1:].split("?")[0]
+    if name == "index.html":
+        return route.fulfill(status=200, content_type="text/html",
+                             body="<!doctype html><meta charset='utf-8'><body></body>")
+    path = os.path.join(FRONTEND, os.path.basename(name))
+    if not name.endswith(".js") or not os.path.isfile(path):
+        return route.fulfill(status=404, body="")
+    with open(path, encoding="utf-8") as handle:
+        return route.fulfill(status=200, content_type="text/javascript", body=handle.read())
+
+
 def test_frontend_shows_bidi_controls_as_escapes(chromium):
     """The Leak tab's own modules (views.js, jobs.js, chart.js) in headless
     Chromium, served from the frontend folder: a job whose task types, runs,
@@ -422,18 +438,8 @@ def test_frontend_shows_bidi_controls_as_escapes(chromium):
     ``\\u202e`` escapes, in text, tooltips and chart labels."""
     playwright_api = pytest.importorskip("playwright.sync_api")
     job = bidi_job()
-    origin = "http://tbleak.test"
-
-    def serve(route):
-        name = route.request.url[len(origin) + 1:].split("?")[0]
-        if name == "index.html":
-            return route.fulfill(status=200, content_type="text/html",
-                                 body="<!doctype html><meta charset='utf-8'><body></body>")
-        path = os.path.join(FRONTEND, os.path.basename(name))
-        if not name.endswith(".js") or not os.path.isfile(path):
-            return route.fulfill(status=404, body="")
-        with open(path, encoding="utf-8") as handle:
-            return route.fulfill(status=200, content_type="text/javascript", body=handle.read())
+    origin = ORIGIN
+    serve = _serve_frontend
 
     with playwright_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=cp.CHROMIUM_ARGS)
@@ -487,18 +493,8 @@ def test_a_chart_of_a_range_lost_in_rounding_draws(chromium):
     the last bits only: the axis has ticks and the page never hangs or
     throws (a tick loop that cannot step across the range would)."""
     playwright_api = pytest.importorskip("playwright.sync_api")
-    origin = "http://tbleak.test"
-
-    def serve(route):
-        name = route.request.url[len(origin) + 1:].split("?")[0]
-        if name == "index.html":
-            return route.fulfill(status=200, content_type="text/html",
-                                 body="<!doctype html><meta charset='utf-8'><body></body>")
-        path = os.path.join(FRONTEND, os.path.basename(name))
-        if not name.endswith(".js") or not os.path.isfile(path):
-            return route.fulfill(status=404, body="")
-        with open(path, encoding="utf-8") as handle:
-            return route.fulfill(status=200, content_type="text/javascript", body=handle.read())
+    origin = ORIGIN
+    serve = _serve_frontend
 
     with playwright_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=cp.CHROMIUM_ARGS)

@@ -220,6 +220,28 @@ def test_compare_bad_parameters(served):
     assert body["missing"] == [cp.XSS]
 
 
+def test_difference_judges_two_runs_as_the_cli_does(served):
+    from tb_leak_plugin.analysis.compare import compare_runs
+
+    client, _ = served
+    body = get_json(client, "/difference", base=cp.CLEAN, candidate=cp.LEAKY)
+    base = get_json(client, "/report", run=cp.CLEAN)
+    candidate = get_json(client, "/report", run=cp.LEAKY)
+    assert body == json.loads(json.dumps(compare_runs(base, candidate)))
+    assert body["verdict"] == "regression" and body["base"] == cp.CLEAN
+
+
+def test_difference_bad_parameters(served):
+    client, _ = served
+    assert get(client, "/difference", base=cp.CLEAN).status_code == 400
+    assert get(client, "/difference", candidate=cp.CLEAN).status_code == 400
+    assert get(client, "/difference", base=cp.CLEAN, candidate=cp.CLEAN).status_code == 400
+    assert get(client, "/difference", base=cp.CLEAN, candidate="../nope").status_code == 404
+    # A hostile run name is data, and the route keeps working after bad requests.
+    body = get_json(client, "/difference", base=cp.XSS, candidate=cp.LEAKY)
+    assert body["base"] == cp.XSS
+
+
 # ---------------------------------------------------------------- safety
 
 
