@@ -573,11 +573,35 @@ BEHAVIOURS = {f.__name__: f for f in (
     bytearray_sawtooth, closure_list, closure_sawtooth, closure_deque, big_alloc_at_k, running_mean)}
 
 
+# ``run NAME LOGDIR --min-walks N`` (the tests): a loop run by ``_train`` goes on
+# past its steps, 50 at a time and up to 100 times its length, until the
+# monitor has walked the heap N times. How many walks a 1-s run buys depends
+# on how loaded the machine is (the allowance pays for a few walks at the
+# start; after it, a walk every cost/0.8% seconds of training); a test of
+# verdicts needs a known amount of evidence, not a race against the clock.
+MIN_WALKS = 0
+
+
+def _heap_walks(monitor) -> int:
+    try:
+        return int(monitor.stats()["units"]["heap"]["runs"])
+    except Exception:
+        return MIN_WALKS
+
+
+def _steps(monitor, steps):
+    step = 0
+    while step < steps or (MIN_WALKS and step < 100 * steps and (step % 50 or _heap_walks(monitor) < MIN_WALKS)):
+        yield step
+        step += 1
+
+
 def _train(monitor, steps, work, keep):
-    """The training loop; returns (seconds of the loop, seconds of it inside ``monitor.sample``)."""
+    """The training loop; returns (seconds of the loop, seconds of it inside ``monitor.sample``, steps run)."""
     in_monitor = 0.0
     started = time.perf_counter()
-    for step in range(steps):
+    step = -1
+    for step in _steps(monitor, steps):
         t0 = time.perf_counter()
         batch, out, loss = work.step(step)
         keep(step, batch, out, loss)
@@ -586,7 +610,7 @@ def _train(monitor, steps, work, keep):
         t1 = time.perf_counter()
         monitor.sample(step)
         in_monitor += time.perf_counter() - t1
-    return time.perf_counter() - started, in_monitor
+    return time.perf_counter() - started, in_monitor, step + 1
 
 
 def _loop_run(framework, step_ms, kib, behaviour, lr_mode=None):
@@ -597,8 +621,8 @@ def _loop_run(framework, step_ms, kib, behaviour, lr_mode=None):
         else:
             work = _WORKS[framework](step_ms, kib)
         keep = BEHAVIOURS[behaviour](framework, steps, kib)
-        train_s, monitor_s = _train(monitor, steps, work, keep)
-        return {"train_s": train_s, "monitor_s": monitor_s, "filler_reps": work.reps}
+        train_s, monitor_s, done = _train(monitor, steps, work, keep)
+        return {"train_s": train_s, "monitor_s": monitor_s, "filler_reps": work.reps, "steps": done}
 
     return run
 
@@ -788,8 +812,10 @@ def run_scenario(name, logdir):
     finally:
         monitor.close()
     result["wall_s"] = time.perf_counter() - started
-    result["ms_per_step"] = 1000.0 * result["train_s"] / scenario.steps  # the loop, monitor included
-    result["work_ms_per_step"] = 1000.0 * (result["train_s"] - result["monitor_s"]) / scenario.steps
+    steps = result.setdefault("steps", scenario.steps)
+    result["heap_walks"] = _heap_walks(monitor)
+    result["ms_per_step"] = 1000.0 * result["train_s"] / steps  # the loop, monitor included
+    result["work_ms_per_step"] = 1000.0 * (result["train_s"] - result["monitor_s"]) / steps
     if scenario.framework == "no_tf" and not tf_before and "tensorflow" in sys.modules:
         raise RuntimeError(f"{name}: TensorFlow was imported by a no_tf scenario")
     return result
@@ -814,8 +840,12 @@ def main(argv=None):
                 print(f"{s.name:40s} {s.kind:5s} {s.framework:11s} {s.step_ms:>5g} ms {s.steps:>6d} steps "
                       f"{s.kib:>3d} KiB  {s.description}")
         return 0
+    global MIN_WALKS
+    if len(argv) == 5 and argv[3] == "--min-walks" and argv[4].isdigit():
+        MIN_WALKS = int(argv[4])
+        argv = argv[:3]
     if len(argv) != 3 or argv[0] != "run":
-        print("usage: python benchmarks/loops.py run NAME LOGDIR | list [REGEX]", file=sys.stderr)
+        print("usage: python benchmarks/loops.py run NAME LOGDIR [--min-walks N] | list [REGEX]", file=sys.stderr)
         return 2
     name, logdir = argv[1], argv[2]
     if name not in SCENARIOS:
