@@ -288,6 +288,19 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
         # leak's onset), which would bias the slope. They are left out.
         s = min(s + int(policy.trim_share * (y.size - s)), y.size - policy.min_segment)
     tt, yy = t[s:], y[s:]
+    reg, cols, readings, leak_readings = _readings(t, y, tt, yy, starts, noise_var, pooled, policy)
+    refill = _refill(t, y, resets, s, readings[0][0], policy)
+    jump = float(reg.beta[0] - y[s - 1]) if s > 0 else 0.0
+    return _Fit(t_start=float(tt[0]), level=float(reg.beta[0]), slope=readings[0][0],
+                se=readings[0][1], df=readings[0][2], noise=_noise(reg.resid, res),
+                segments=int(starts.size), resets=0, jump=jump, used=int(yy.size),
+                shift=float(reg.beta[2]) if len(cols) > 1 else 0.0, readings=readings, refill=refill,
+                leak_readings=leak_readings)
+
+
+def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
+    """The current segment's growth under each reading a claim must survive:
+    (the fit, its columns, the readings, the readings a leak claim must survive)."""
     # The noise is one process throughout (the model's assumption): its
     # autocorrelation, estimated on every segment, bounds the current one's.
     reg = regress([tt - tt[0]], yy, min_inflation=pooled)
@@ -316,20 +329,19 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
         # between the last two is not a trend).
         last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)
         leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
-    refill = 0.0
+    return reg, cols, readings, leak_readings
+
+
+def _refill(t, y, resets, s, slope, policy) -> float:
+    """Growth right after the series was cut down may be a buffer refilling:
+    it is a leak only once it has grown past what the drop let go (the drop's
+    size, or 0 when no recent drop explains it)."""
     if resets.size and int(resets[-1]) + 1 >= s - policy.min_segment:
-        # Growth right after the series was cut down may be a buffer refilling:
-        # it is a leak only once it has grown past what the drop let go.
         r = int(resets[-1])
         drop = float(y[r] - y[r + 1])
-        if readings[0][0] * float(t[-1] - t[r + 1]) < drop:
-            refill = drop
-    jump = float(reg.beta[0] - y[s - 1]) if s > 0 else 0.0
-    return _Fit(t_start=float(tt[0]), level=float(reg.beta[0]), slope=readings[0][0],
-                se=readings[0][1], df=readings[0][2], noise=_noise(reg.resid, res),
-                segments=int(starts.size), resets=0, jump=jump, used=int(yy.size),
-                shift=float(reg.beta[2]) if shift else 0.0, readings=readings, refill=refill,
-                leak_readings=leak_readings)
+        if slope * float(t[-1] - t[r + 1]) < drop:
+            return drop
+    return 0.0
 
 
 def _local_noise(t, y) -> float:
