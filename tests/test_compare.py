@@ -81,6 +81,28 @@ def test_one_regressing_series_among_many_noise_series_survives_the_false_discov
     assert [r["tag"] for r in result["series"] if r["verdict"] == "regression"] == ["leak/objects/t7"]
 
 
+def test_run_verdicts_compose_whatever_series_each_run_could_estimate():
+    # The fixed run's heap walks were too few for a slope of its tensor
+    # count; its memory is certified flat. The leaky run leaks through the
+    # tensor count, and its memory series are still undecided: no series
+    # difference is decided, but the run verdicts are (as leak -> no_leak is
+    # an improvement).
+    tensors = dict(tag="leak/tensors/eager_count", role="tensors", unit="count", materiality=0.01)
+    base = {"run": "fixed", "verdict": "no_leak", "culprits": [],
+            "series": [series(0.0, 1.0, verdict="no_leak"), series(math.nan, math.nan, **tensors)]}
+    cand = {"run": "leaky", "verdict": "leak", "culprits": [],
+            "series": [series(2000.0, 900.0, df=3), series(1.0, 1e-9, verdict="leak", **tensors)]}
+    forward, backward = compare.compare_runs(base, cand), compare.compare_runs(cand, base)
+    assert forward["verdict"] == "regression" and "certified no_leak" in forward["reason"], forward["reason"]
+    assert backward["verdict"] == "improvement", backward["reason"]
+    # An undecided base: a leaky candidate within materiality of it is not
+    # said to be where "both runs leak".
+    base["verdict"] = "inconclusive"
+    cand["series"][0] = series(0.0, 1.0)
+    result = compare.compare_runs(base, cand)
+    assert "both runs leak" not in result["reason"]
+
+
 def test_a_weak_regression_among_many_series_is_held_back():
     rows = [dict(verdict="regression", p_regression=5e-5, tag="a", role="objects")] + [
         dict(verdict="no_regression", p_regression=0.5, tag=f"b{i}", role="objects") for i in range(999)]

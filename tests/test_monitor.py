@@ -18,7 +18,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-import tb_leak_plugin as tbleak  # noqa: E402
+import tb_leak_plugin as tbleak
+from tb_leak_plugin.capture import clock  # noqa: E402
 from tb_leak_plugin import metadata  # noqa: E402
 from tb_leak_plugin.capture import probes  # noqa: E402
 from tb_leak_plugin.eventfile import reader as loading  # noqa: E402
@@ -338,25 +339,16 @@ def test_each_heap_walk_writes_what_its_collection_found_and_types_named_later_c
             self.me = self
 
     kept = []
-    monitor = tbleak.Monitor(str(tmp_path / "run"))
-    step = 0
-
-    def more(step) -> bool:
-        # 2 s of training, and on a loaded machine on until two heap walks are
-        # done before close() takes the last (what is checked is what each
-        # walk writes, not how many fit in 2 s).
-        if step < 2000:
-            return True
-        if step >= 10_000:
-            return False
-        return step % 100 != 0 or monitor.stats()["units"]["heap"]["runs"] < 2
-
-    while more(step):
-        kept.append(Record())
-        time.sleep(0.001)
-        monitor.sample(step)
-        step += 1
-    monitor.close()
+    # 2 s of training on a simulated clock whose costs read as zero: the
+    # schedule alone decides when walks run (what is checked is what each
+    # walk writes, not how many a loaded machine fits into 2 s).
+    with clock.use(clock.SimulatedClock(real_costs=False)) as sim:
+        monitor = tbleak.Monitor(str(tmp_path / "run"))
+        for step in range(2000):
+            kept.append(Record())
+            sim.advance(0.001)
+            monitor.sample(step)
+        monitor.close()
     run = loading.load_run("run", str(tmp_path / "run"))
     walks = run.series["leak/gc/tracked_objects"].steps
     collected = run.series["leak/gc/collected"]

@@ -246,8 +246,14 @@ def _pair_verdict(base: dict, candidate: dict, rows: list, primary: dict | None)
     if regressed:
         names = ", ".join(r["tag"] for r in regressed[:3]) + (" and more" if len(regressed) > 3 else "")
         return "regression", f"grows more than the base run: {names}"
+    # The run verdicts compose: growth certified below materiality in one run
+    # and shown above it in the other is a difference, whichever series
+    # showed it (a heap-walk series the other run walked too seldom to
+    # compare included).
     if b_verdict == "leak" and c_verdict == "no_leak":
         return "improvement", f"the base run leaks and the candidate is {c_verdict}"
+    if b_verdict == "no_leak" and c_verdict == "leak":
+        return "regression", "the base run is certified no_leak and the candidate leaks"
     improved = [r for r in memory if r["verdict"] == "improvement"]
     certified = all(r["verdict"] in ("no_regression", "improvement") for r in memory) and memory
     if improved and certified:
@@ -255,7 +261,8 @@ def _pair_verdict(base: dict, candidate: dict, rows: list, primary: dict | None)
     if c_verdict == "no_leak":
         return "no_regression", "the candidate run is certified no_leak"
     if certified:
-        still = "; both runs leak" if c_verdict == "leak" else ""
+        still = {"leak": "; both runs leak"}.get(b_verdict, f"; the candidate leaks (the base run is {b_verdict})") \
+            if c_verdict == "leak" else ""
         return "no_regression", f"every memory series grows within materiality of the base run{still}"
     if not memory:
         return "inconclusive", "the two runs share no judged memory series"
