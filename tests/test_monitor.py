@@ -384,3 +384,35 @@ def test_the_last_walk_collects_fully_unless_the_program_makes_almost_no_cyclic_
     monitor._finalizing = False
     monitor._full_gc_s = 0.01
     monitor.close()
+
+
+class _ContendedClock(clock.SimulatedClock):
+    """Other processes take (1 - 1/factor) of this thread's core: its work
+    runs at 1/factor of wall speed."""
+
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def thread_time(self) -> float:
+        return self._simulated + (time.perf_counter() - self._real_start) / self.factor
+
+
+@pytest.mark.parametrize("factor,expected", [(1.0, 1.0), (2.0, 2.0), (10.0, 4.0)])
+def test_the_allowance_is_seconds_of_the_monitors_own_work_whatever_the_contention(tmp_path, factor, expected):
+    # A heap walk's wall time grows with what other processes take; the
+    # allowance pays for the monitor's work, so it grows with the measured
+    # contention (bounded), and the 1% share of training is as before.
+    with clock.use(_ContendedClock(factor)) as sim:
+        monitor = tbleak.Monitor(str(tmp_path / "run"), probes=("process", "objects"))
+        for step in range(200):
+            sim.advance(0.01)
+            monitor.sample(step)
+        stats = monitor.stats()
+        monitor.close()
+    assert stats["units"]["heap"]["runs"] >= 1
+    assert stats["contention"] == pytest.approx(expected, rel=0.02)
+    t = stats["train_seconds"]
+    loop = t  # the allowance is released from the first sample on
+    released = tbleak.capture.monitor.DEFAULT_ALLOWANCE_S * expected * loop / (loop + 0.5)
+    assert stats["budget_seconds"] == pytest.approx(0.01 * t + released, rel=0.05)

@@ -29,6 +29,9 @@ class SystemClock:
 
     perf_counter = staticmethod(_time.perf_counter)
     time = staticmethod(_time.time)
+    # CPU seconds of the calling thread: with perf_counter around the same
+    # work, how much of its wall time other processes took (contention).
+    thread_time = staticmethod(_time.thread_time)
 
 
 class SimulatedClock:
@@ -59,6 +62,10 @@ class SimulatedClock:
     def time(self) -> float:
         return self._start_wall + self.perf_counter()
 
+    def thread_time(self) -> float:
+        """The same seconds as ``perf_counter``: a simulated machine is never contended."""
+        return self.perf_counter()
+
 
 _current = SystemClock()
 
@@ -69,6 +76,12 @@ def perf_counter() -> float:
 
 def time() -> float:
     return _current.time()
+
+
+def thread_time() -> float:
+    # A clock a test installs may not have it: it then reads as uncontended.
+    read = getattr(_current, "thread_time", None)
+    return read() if read is not None else _current.perf_counter()
 
 
 def current():

@@ -12,7 +12,9 @@ take only what the budget has free at that walk.
 The budget is 1% of the training time so far plus an allowance of 2 s per
 run that is released over the first seconds of training (half of it after
 0.5 s, 80% after 2 s): a 2-second repro gets a handful of heap walks, a
-3-day job stays at 1%. So that samples stay spread out whatever the run's
+3-day job stays at 1%. The allowance is seconds of the monitor's own work:
+on a contended machine it is scaled by the contention the heap walks measure
+(see MAX_CONTENTION). So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
 by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds),
 and the cheap counters, after 100 points or 4 s, wait 2*sqrt(t)/16 s between
@@ -85,6 +87,16 @@ DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "runtime_stat
 # training time t as allowance * t / (t + ALLOWANCE_HALF_S).
 DEFAULT_ALLOWANCE_S = 2.0
 ALLOWANCE_HALF_S = 0.5
+# The allowance is seconds of the monitor's own work: on a machine where
+# other processes take the cores, a heap walk's wall time grows by their
+# share (2.2x at a load of 4.5 on 2 cores), and an allowance counted in wall
+# seconds would buy a short run half its walks, so that what the monitor
+# finds would depend on the neighbours. The heap walks' wall time over their
+# thread CPU time measures that contention, and the allowance is scaled by
+# it, up to this factor (the allowance then costs at most 4x its seconds of
+# wall time, when the loop itself runs at a quarter of its pace). The 1%
+# share needs no such care: the training time it is a share of slows alike.
+MAX_CONTENTION = 4.0
 
 # Shares of the budget, and how runs are spread. A unit waits after its n-th
 # run until the training time has grown by a factor 1 + spread / (n + 1)
@@ -228,7 +240,9 @@ class Monitor:
         1%), on top of ``overhead_allowance_s``; ``None`` runs every probe on
         its step schedule alone (dense series; a heap walk every step costs
         ~100-300 ms on a TensorFlow heap).
-      overhead_allowance_s: seconds of monitor time per run on top of the
+      overhead_allowance_s: seconds of the monitor's own work per run (on a
+        contended machine, up to ``MAX_CONTENTION`` times as many wall
+        seconds, as its heap walks measure the contention) on top of the
         budget, released over the first seconds of training, so that short
         runs get enough samples to judge.
       top_k: object types picked per census (commonest first, then fastest
@@ -287,6 +301,8 @@ class Monitor:
         self.logdir = logdir
         self.overhead_budget = None if overhead_budget is None else float(overhead_budget)
         self.overhead_allowance_s = float(overhead_allowance_s)
+        self._walk_wall_s = 0.0  # heap walks' wall and thread CPU seconds (contention)
+        self._walk_cpu_s = 0.0
         self.census_collects_garbage = bool(census_collects_garbage)
         self._logged: set[str] = set()
         if placement.notice:
@@ -523,6 +539,7 @@ class Monitor:
             "monitor_seconds": self._monitor_s,
             "train_seconds": self._train_s,
             "budget_seconds": budget_s,
+            "contention": self._contention(),
             "units": {u.name: {"runs": u.runs, "cost_seconds": u.cost_s, "spent_seconds": u.spent_s,
                                "probes": [p.name for p in u.probes]}
                       for u in self._units},
@@ -583,7 +600,8 @@ class Monitor:
             gc_s = 0.0
             full_gc = False
             if walking:
-                started = time.perf_counter()
+                started = walk_wall0 = time.perf_counter()
+                walk_cpu0 = time.thread_time()
                 if self.census_collects_garbage:
                     full_gc = self._collect_garbage()
                     # What the collection freed: the analysis tells a count
@@ -627,6 +645,8 @@ class Monitor:
                             if values:
                                 sample.extend(values)
                     costs[unit.name] = time.perf_counter() - started + walk_cost / len(heap_units)
+                self._walk_wall_s += time.perf_counter() - walk_wall0
+                self._walk_cpu_s += time.thread_time() - walk_cpu0
                 if cheap_sample and sample:
                     # What the walk sampled (a tf.function's traces) stands over
                     # the cheap reading of the same series.
@@ -662,7 +682,7 @@ class Monitor:
                         elif spent > 0:
                             paid_elsewhere += spent
                             payer.spent_s += spent
-                            payer.schedule(self.overhead_budget, self.overhead_allowance_s, self._final_walk_s(),
+                            payer.schedule(self.overhead_budget, self._allowance_s(), self._final_walk_s(),
                                            self._next_walk_s(), self._loop_start_s)
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
@@ -719,10 +739,10 @@ class Monitor:
                 unit.first_train_s = now
             unit.runs += 1
             if unit.needs_objects:
-                unit.schedule(self.overhead_budget, self.overhead_allowance_s, self._final_walk_s(),
+                unit.schedule(self.overhead_budget, self._allowance_s(), self._final_walk_s(),
                               self._next_walk_s(), self._loop_start_s)
             else:
-                unit.schedule(self.overhead_budget, self.overhead_allowance_s, loop_start_s=self._loop_start_s)
+                unit.schedule(self.overhead_budget, self._allowance_s(), loop_start_s=self._loop_start_s)
         self._units = [u for u in self._units if u.probes]
 
     def _can_walk_now(self) -> bool:
@@ -829,10 +849,22 @@ class Monitor:
         """Monitor seconds so far, the sample in progress included."""
         return self._monitor_s + (time.perf_counter() - self._sample_started)
 
+    def _contention(self) -> float:
+        """Wall seconds per CPU second of the heap walks so far (1 on an idle
+        machine; see MAX_CONTENTION)."""
+        if not self._walk_cpu_s > 0.0:
+            return 1.0
+        return min(max(self._walk_wall_s / self._walk_cpu_s, 1.0), MAX_CONTENTION)
+
+    def _allowance_s(self) -> float:
+        """The allowance in wall seconds: its seconds of the monitor's work
+        at the contention the heap walks measured."""
+        return self.overhead_allowance_s * self._contention()
+
     def _run_budget_s(self) -> float:
         """What the whole run may cost when it ends: its share of the
         training time plus the whole allowance."""
-        return self.overhead_budget * self._train_s + self.overhead_allowance_s + self._requested_s
+        return self.overhead_budget * self._train_s + self._allowance_s() + self._requested_s
 
     def _budget_s(self) -> float | None:
         """Monitor seconds the budget allows so far: the share of the training
@@ -841,7 +873,7 @@ class Monitor:
             return None
         t = self._train_s
         loop = max(t - self._loop_start_s, 0.0)
-        return (self.overhead_budget * t + self.overhead_allowance_s * loop / (loop + ALLOWANCE_HALF_S)
+        return (self.overhead_budget * t + self._allowance_s() * loop / (loop + ALLOWANCE_HALF_S)
                 + self._requested_s)
 
     def _write_extra(self, step, sample, wall_time) -> None:
