@@ -18,12 +18,18 @@ character log line per step; the sender ships its buffer every 500 records.
 A small, slow leak: a couple of hundred bytes a step.
 
 Checked without tb-leak (psutil RSS, fresh process, Python 3.11, numpy
-2.4): leaky +15.8 MiB RSS from 20 % of the run to the end (~205 B per step),
-fixed +0.0 MiB (the sender's buffer fills and empties every 500 steps);
-~0.08 ms a step.
+2.4): leaky +15.7 MiB RSS from 20 % of the run to the end (~205 B per step),
+fixed +0.1 MiB (the sender's buffer fills and empties every 500 steps);
+~0.2 ms a step.
 """
 import io
 import logging
+
+import os
+
+# Single-threaded BLAS: on 2 shared cores, OpenBLAS worker threads spinning next to other
+# threads make each small matmul up to ~10x slower.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 

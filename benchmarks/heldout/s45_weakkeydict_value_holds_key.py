@@ -18,10 +18,16 @@ Here: a numpy logistic-regression step on an 8 x 16 float32 batch (512 B of
 data, ~1 KiB a step with the objects around it). A small, slow leak.
 
 Checked without tb-leak (psutil RSS, fresh process, Python 3.11, numpy
-2.4): leaky +36.2 MiB RSS from 20 % of the run to the end (~950 B per step),
-fixed +0.0 MiB; ~0.12 ms a step.
+2.4): leaky +50.0 MiB RSS from 20 % of the run to the end (~1.3 KiB per step),
+fixed +0.1 MiB; ~0.13 ms a step.
 """
 import weakref
+
+import os
+
+# Single-threaded BLAS: on 2 shared cores, OpenBLAS worker threads spinning next to other
+# threads make each small matmul up to ~10x slower.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 

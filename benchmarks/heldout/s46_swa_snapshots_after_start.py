@@ -18,9 +18,15 @@ one jump per epoch.
 
 Checked without tb-leak (psutil RSS, fresh process, Python 3.11, numpy
 2.4): leaky +15.1 MiB RSS from 20 % of the run to the end (all of it after
-30 %, ~2.8 KiB per step on average), fixed +0.2 MiB (one averaged copy
-allocated when averaging starts); ~1.5 ms a step.
+30 %, ~2.5 KiB per step on average), fixed +0.4 MiB (one averaged copy
+allocated when averaging starts); ~1.5-1.7 ms a step.
 """
+import os
+
+# Single-threaded BLAS: on 2 shared cores, OpenBLAS worker threads spinning next to other
+# threads make each small matmul up to ~10x slower.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 
 SOURCE = "https://github.com/timgaripov/swa/issues/21"

@@ -21,9 +21,9 @@ behind the reversal layer, batches of 128, 20 steps an epoch. The leak comes
 in one jump per epoch (a trace).
 
 Checked without tb-leak (psutil RSS, fresh process, TF 2.21 / Keras 3.15 /
-Python 3.11): leaky +14.0 MiB RSS from 20 % of the run to the end (~190 KiB
-per epoch, ~9.5 KiB per step on average), fixed +0.1 MiB; ~2.5 ms a step plus
-~60 ms a trace.
+Python 3.11): leaky +30.7 MiB RSS from 20 % of the run to the end (~390 KiB
+per epoch, ~20 KiB per step on average), fixed +0.2 MiB; ~1.6 ms a step plus
+~110 ms a trace.
 """
 import os
 
