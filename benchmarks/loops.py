@@ -814,6 +814,7 @@ def run_scenario(name, logdir):
     result["wall_s"] = time.perf_counter() - started
     steps = result.setdefault("steps", scenario.steps)
     result["heap_walks"] = _heap_walks(monitor)
+    result["contention"] = monitor.stats().get("contention", 1.0)
     result["ms_per_step"] = 1000.0 * result["train_s"] / steps  # the loop, monitor included
     result["work_ms_per_step"] = 1000.0 * (result["train_s"] - result["monitor_s"]) / steps
     if scenario.framework == "no_tf" and not tf_before and "tensorflow" in sys.modules:

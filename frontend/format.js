@@ -14,6 +14,15 @@ export function inert(text) {
 
 const BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
+// A growth or bound smaller than this (bytes, objects or traces per step) is
+// floating-point residue of a line fitted to an exactly flat series
+// (-3.01e-19/step): one object in a billion steps. It is shown as 0.
+const RESIDUE = 1e-9;
+
+function settled(value) {
+  return Math.abs(value) < RESIDUE ? 0 : value;
+}
+
 /** The binary unit that suits a magnitude in bytes: {name, size}. */
 export function byteScale(maxAbsBytes) {
   let index = 0;
@@ -28,6 +37,7 @@ export function byteScale(maxAbsBytes) {
 /** Bytes as "12.3 MiB" (signed: "+12.3 MiB"). */
 export function formatBytes(bytes, { signed = false, digits = 1 } = {}) {
   if (bytes === null || bytes === undefined || !Number.isFinite(bytes)) return "–";
+  bytes = settled(bytes);
   const { name, size } = byteScale(bytes);
   const sign = bytes < 0 ? "−" : signed ? "+" : "";
   const magnitude = Math.abs(bytes) / size;
@@ -38,6 +48,7 @@ export function formatBytes(bytes, { signed = false, digits = 1 } = {}) {
 /** A plain count with k/M/G suffixes: 1234 -> "1.23k". */
 export function formatCount(value, { signed = false } = {}) {
   if (value === null || value === undefined || !Number.isFinite(value)) return "–";
+  value = settled(value);
   const sign = value < 0 ? "−" : signed ? "+" : "";
   const magnitude = Math.abs(value);
   let text;

@@ -523,3 +523,26 @@ def test_a_chart_of_a_range_lost_in_rounding_draws(chromium):
             browser.close()
     assert not errors, errors
     assert all(len(axis) >= 2 for axis in labels), labels
+
+
+def test_rounding_residue_of_a_flat_fit_reads_as_zero_in_the_tab(chromium):
+    """A line fitted to an exactly flat series has a slope and bounds of
+    float residue (-3.01e-19/step); the tab shows 0, as the CLI's rounding
+    does, while real small rates keep their digits."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=cp.CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.route(f"{ORIGIN}/**", _serve_frontend)
+            page.goto(f"{ORIGIN}/index.html")
+            shown = page.evaluate("""async () => {
+                const f = await import("./format.js");
+                return [f.formatRate(-3.01e-19, "count"), f.formatRate(8.1e-17, "traces"),
+                        f.formatRate(-2.6e-9 * 1e-3, "bytes"), f.formatRate(6.78e-5, "count"),
+                        f.formatRate(-0.0041, "count"), f.formatRate(262144, "bytes")];
+            }""")
+        finally:
+            browser.close()
+    assert shown == ["+0/step", "+0 traces/step", "+0 B/step", "+0.0000678/step", "−0.0041/step",
+                     "+256.0 KiB/step"], shown
