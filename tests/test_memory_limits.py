@@ -344,7 +344,7 @@ def test_real_rlimit_as_in_a_child_process(tmp_path):
         import tb_leak_plugin as tbleak
 
         kept = []
-        with tbleak.Monitor({str(logdir)!r}, overhead_budget=None, census_every_n_steps=50) as monitor:
+        with tbleak.Monitor({str(logdir)!r}) as monitor:  # the defaults
             monitor.sample(0)
             limit = psutil.Process().memory_info().vms + 400 * (1 << 20)
             resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
