@@ -18,7 +18,11 @@ STEPS = 1500
 # A loop goes on past STEPS until the monitor has walked the heap this many
 # times (at most 20 x STEPS): a loaded machine makes each walk slower, and the
 # test is about naming the holder, not about how many walks 2 s can buy.
-MIN_WALKS = 6
+# Eight: with six, the walk at close() came a thousand steps after the last
+# one, and a count that rose faster in that stretch (1.33 lists a step
+# against 1.0 before) was one sample off the line: an exact count of seven
+# walks with one bend is `inconclusive` (its df collapse is a known limit).
+MIN_WALKS = 8
 
 
 def _pause():
