@@ -127,6 +127,43 @@ def loop_arrays_in_tuples(logdir, seen):
     return monitor
 
 
+class Tracked(list):
+    """A list subclass as libraries keep a model's state (Keras's TrackedList,
+    TensorFlow's ListWrapper), whose own methods must never run in a trace."""
+
+    def __len__(self):
+        raise AssertionError("the monitor ran Tracked.__len__")
+
+    def __getitem__(self, index):
+        raise AssertionError("the monitor ran Tracked.__getitem__")
+
+    def __iter__(self):
+        raise AssertionError("the monitor ran Tracked.__iter__")
+
+
+class Model:
+    def __init__(self):
+        self.activations = Tracked()
+
+
+def _train(monitor):
+    model = Model()
+    for step in _steps(monitor):
+        list.append(model.activations, Record(step))  # kept by the model, every step
+        _pause()
+        monitor.sample(step)
+
+
+def loop_model_returned(logdir, seen):
+    # The model and its list are locals of a function that has returned
+    # before close(): the leak is gone at the last walk, and only a trace
+    # taken while the loop ran can name its holder.
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    _train(monitor)
+    monitor.close()
+    return monitor
+
+
 CASES = [
     (loop_local, "loop_local() local `history`"),
     (loop_global, "global `__main__.KEPT_GLOBAL`"),
@@ -134,6 +171,7 @@ CASES = [
     (loop_dict_by_step, "loop_dict_by_step() local `outputs`"),
     (loop_bytearrays, "loop_bytearrays() local `buffers`"),
     (loop_arrays_in_tuples, "loop_arrays_in_tuples() local `batches`"),
+    (loop_model_returned, "Model.activations"),
 ]
 
 

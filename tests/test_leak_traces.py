@@ -52,6 +52,7 @@ CASES = [
     ("loop_dict_by_step", "loop_dict_by_step() local `outputs`"),
     ("loop_bytearrays", "loop_bytearrays() local `buffers`"),
     ("loop_arrays_in_tuples", "loop_arrays_in_tuples() local `batches`"),
+    ("loop_model_returned", "Model.activations"),
 ]
 LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 

@@ -93,6 +93,14 @@ FINAL_TRACE_S = 0.25
 # its last walk even when the budget is spent (it is the answer the user
 # needs): the monitor's time may exceed its budget by this much, once.
 FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
+# A container that grew at every one of GROWING_WALKS walks, by items per
+# step, is traced when it is seen, not when the run ends: by then the loop's
+# function may have returned and its containers be gone (a model, its layers
+# and their lists are locals of a ``train()`` that returned before close()).
+# Those traces may take the monitor past its budget by at most this much in
+# all, once per run (one trace of a container costs a pass of the heap per
+# hop of its path: tens of milliseconds on a TensorFlow heap).
+CONTAINER_OVERDRAFT_S = FIRST_TRACE_S
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_MODULES = frozenset((
@@ -106,6 +114,14 @@ def _interpreter_root(hops) -> bool:
         return False
     return str(hops[0].get("name") or "").partition(".")[0] in _INTERPRETER_MODULES
 _CONTAINER_SET = frozenset((list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict))
+# The built-in container types a subclass's items are read through (with the
+# base type's own C methods: a subclass's __len__ or __getitem__ is the
+# program's code, never run). Libraries keep what a model holds in list and
+# dict subclasses (Keras's TrackedList and TrackedDict, TensorFlow's
+# ListWrapper and _DictWrapper): a leak in an attribute of a layer or metric
+# accumulates in one of those.
+_CONTAINER_BASES = {id(kind): kind for kind in (list, dict, set, collections.deque)}
+_CONTAINER_IDS = frozenset(map(id, _CONTAINER_SET))
 _MEMORY_GROUPS = frozenset(("process", "python", "tf"))
 _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
 
@@ -249,6 +265,10 @@ class LeakWatch:
         self._last_step, self._last_wall = 0, 0.0
         # (warning lines, report) told but not yet delivered (see deliver()).
         self._to_tell: list = []
+        # Subclasses of the built-in containers in the census being walked.
+        self._subclasses = frozenset()
+        # What the container traces may still take beyond the budget (see CONTAINER_OVERDRAFT_S).
+        self._overdraft_s = CONTAINER_OVERDRAFT_S
 
     # -- called by the monitor -----------------------------------------------
 
@@ -256,6 +276,9 @@ class LeakWatch:
         kinds = [kind for kind in census.by_type() if id(kind) in self._marks]
         census.want(*kinds)
         census.want_group(_CONTAINER_SET)
+        self._subclasses = _container_subclasses(census)
+        if self._subclasses:
+            census.want_group(self._subclasses)
 
     def _worth_analysing(self, walk_s: float) -> bool:
         """Whether the analysis is worth its cost at this walk: something rose
@@ -410,7 +433,7 @@ class LeakWatch:
         """Compare the containers' lengths with the last walk's; returns the
         points of the containers followed as series, and appends to
         ``pending`` those to trace now ``(key, entry, container)``."""
-        containers = census.where_type_in(_CONTAINER_SET)  # one pass in C
+        containers = self._containers_of(census)
         if len(containers) > MAX_CONTAINER_IDS:
             return []
         # Module namespaces grow at imports; they are roots, not leaks.
@@ -421,7 +444,7 @@ class LeakWatch:
                 namespaces.add(id(namespace))
         n = len(containers)
         all_ids = np.fromiter(map(id, containers), np.int64, n)
-        all_lens = np.fromiter(map(len, containers), np.int64, n)
+        all_lens = np.fromiter(map(_length, containers), np.int64, n)
         if namespaces:
             all_lens[np.isin(all_ids, np.fromiter(namespaces, np.int64, len(namespaces)))] = 0
         big = np.flatnonzero(all_lens >= MIN_CONTAINER_LENGTH)
@@ -488,17 +511,36 @@ class LeakWatch:
         containers = None
         return extra
 
+    def _containers_of(self, census) -> list:
+        """The census's containers: the built-in types (one pass in C, with
+        every announced group), then their subclasses."""
+        containers = census.where_type_in(_CONTAINER_SET)
+        if self._subclasses:
+            containers = containers + census.where_type_in(self._subclasses)
+        return containers
+
     def _report_containers(self, pending: list, census) -> list:
         """Trace the containers that grew at every walk (found by
         ``_follow_containers``), while this walk has time left; returns
         the points of those named."""
         extra = []
-        for key, entry, obj in pending:
-            self._report_container(entry, obj, _census_lists(census), extra)
-            if entry.reported and not entry.subject:
-                self._containers.pop(key, None)
-                if len(self._ignored) < 4096:
-                    self._ignored.add(key)
+        deadline = self._deadline
+        started = time.perf_counter()
+        if self._overdraft_s >= MIN_TRACE_S:
+            self._deadline = max(deadline, started + self._overdraft_s)
+        # The containers whose new items carry the most bytes first.
+        pending.sort(key=lambda item: -(item[1].history[-1][2] - item[1].history[0][2]) * _item_bytes(item[2]))
+        try:
+            for key, entry, obj in pending:
+                self._report_container(entry, obj, _census_lists(census), extra)
+                if entry.reported and not entry.subject:
+                    self._containers.pop(key, None)
+                    if len(self._ignored) < 4096:
+                        self._ignored.add(key)
+        finally:
+            # Only the time past the walk's own deadline is overdrawn.
+            self._overdraft_s -= max(0.0, time.perf_counter() - max(deadline, started))
+            self._deadline = deadline
         return extra
 
     def _report_container(self, entry, obj, exclude, extra) -> None:
@@ -519,9 +561,9 @@ class LeakWatch:
         path = result.held_by[0].path
         entry.path = path
         items = _item_kind(obj)
-        kind = entry.kind.__name__ + (f" of {items}" if items else "")
+        kind = _name_of(entry.kind) + (f" of {items}" if items else "")
         entry.subject = " → ".join(path + [kind])[:240]
-        hops = _bounded_hops(result.held_by[0].hops + [_container_hop(entry.kind.__name__, items)])
+        hops = _bounded_hops(result.held_by[0].hops + [_container_hop(_name_of(entry.kind), items)])
         # The lengths seen before go into the series' plugin data (points at
         # past steps would make TensorBoard drop the later points of every
         # series, as after a restart); the series goes on from this walk.
@@ -658,7 +700,7 @@ class LeakWatch:
         if not growing:
             return
         gains = {k: g for g, k, _e in growing[:FOLLOWED_CONTAINERS]}
-        objs = [obj for obj in census.where_type_in(_CONTAINER_SET) if id(obj) in gains]
+        objs = [obj for obj in self._containers_of(census) if id(obj) in gains]
         if not objs:
             return
         # The containers whose new items carry the most bytes first: a list
@@ -679,7 +721,7 @@ class LeakWatch:
                     and not _interpreter_root(result.held_by[0].hops):
                 growth = gains.get(id(obj), 0)
                 items = _item_kind(obj)
-                hops = _bounded_hops(result.held_by[0].hops + [_container_hop(type(obj).__name__, items)])
+                hops = _bounded_hops(result.held_by[0].hops + [_container_hop(_name_of(type(obj)), items)])
                 entries.append({"path": [referrers.hop_text(h) for h in hops], "hops": hops, "sampled": 1,
                                 "instances": int(growth)})
         objs = exclude = None
@@ -768,16 +810,68 @@ def time_left(report) -> str:
     return f"out of memory in ~{when} at this rate"
 
 
+def _container_base(kind):
+    """The built-in container type ``kind`` is or derives from (None: not a
+    container), read from the type's own ``__mro__`` slot and compared by identity."""
+    if id(kind) in _CONTAINER_BASES:
+        return kind
+    mro = referrers._type_attr(kind, "__mro__")
+    if type(mro) is not tuple:
+        return None
+    for base in mro:
+        found = _CONTAINER_BASES.get(id(base))
+        if found is not None:
+            return found
+    return None
+
+
+def _container_subclasses(census) -> frozenset:
+    """The census's subclasses of list, dict, set and deque (other than the
+    built-in ones already followed), tb-leak's own types left out."""
+    kinds = []
+    for kind in census.by_type():
+        if id(kind) in _CONTAINER_IDS or _container_base(kind) is None or referrers.is_own_type(kind):
+            continue
+        kinds.append(kind)
+    return frozenset(kinds)
+
+
+def _length(container) -> int:
+    """A container's length through its built-in base type's C method."""
+    kind = type(container)
+    if id(kind) in _CONTAINER_IDS:
+        return len(container)
+    base = _container_base(kind)
+    try:
+        return base.__len__(container) if base is not None else 0
+    except Exception:
+        return 0
+
+
+def _last_items(container, count: int) -> list:
+    """Up to ``count`` of the newest items (values of a dict), read with the
+    built-in base type's C methods."""
+    base = _container_base(type(container))
+    if base is dict:
+        return list(itertools.islice(reversed(dict.values(container)), count))
+    if base is list or base is collections.deque:
+        n = base.__len__(container)
+        return [base.__getitem__(container, -i) for i in range(1, min(count, n) + 1)]
+    if base is set:
+        return list(itertools.islice(set.__iter__(container), count))
+    return []
+
+
 def _item_kind(container) -> str | None:
     """What a container holds, from its newest item: ``ndarray``, ``EagerTensor``,
-    ``tuple(ndarray, int)``; None when empty or unknown."""
+    ``tuple(ndarray, int)``; None when empty or unknown (a set's items have no order)."""
     try:
-        if isinstance(container, dict):
-            item = next(reversed(container.values()))
-        elif isinstance(container, (list, collections.deque)):
-            item = container[-1]
-        else:
+        if _container_base(type(container)) is set:
             return None
+        items = _last_items(container, 1)
+        if not items:
+            return None
+        item = items[0]
         name = _name_of(type(item))
         if type(item) is tuple:
             name = "tuple(" + ", ".join(_name_of(type(part)) for part in item[:3]) + (", …" if len(item) > 3 else "") + ")"
@@ -800,12 +894,7 @@ def _not_marked(instances: list, marked: np.ndarray) -> list:
 def _item_bytes(container) -> float:
     """Mean size of the last (up to 8) items of a container, in bytes."""
     try:
-        if isinstance(container, dict):
-            items = list(itertools.islice(reversed(container.values()), 8))
-        elif isinstance(container, (list, collections.deque)):
-            items = [container[-i] for i in range(1, min(8, len(container)) + 1)]
-        else:
-            items = list(itertools.islice(iter(container), 8))
+        items = _last_items(container, 8)
         return sum(map(_size_of, items)) / max(len(items), 1)
     except Exception:
         return 0.0
