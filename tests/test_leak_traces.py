@@ -188,6 +188,32 @@ def test_trace_finds_untracked_holder_chain_and_caps_time():
     assert referrers.trace([]).found == 0
 
 
+class _Layer:
+    def __init__(self):
+        self.activations = []
+
+
+def _cycle() -> list:
+    cycle = [[1], [2]]
+    cycle.append(cycle)
+    return cycle
+
+
+def test_one_trace_of_several_targets_tells_each_its_own_path():
+    """Containers traced together, as the leak watch traces those that grew:
+    each target gets the signature of its own path, in the order given, and
+    one that no root reaches gets None."""
+    first, second = _Layer(), _Layer()
+    # The cycle is held by the list of targets only (never a holder).
+    result = referrers.trace([second.activations, first.activations, _cycle()])
+    by_signature = {h.signature: h for h in result.held_by}
+    paths = [" → ".join(by_signature[s].path) if s is not None else None for s in result.signatures]
+    assert len(paths) == 3, paths
+    assert "local `second`" in paths[0] and "_Layer.activations" in paths[0], paths
+    assert "local `first`" in paths[1] and "_Layer.activations" in paths[1], paths
+    assert paths[2] is None, paths
+
+
 HOSTILE_SCRIPT = r"""
 import sys, time
 from tb_leak_plugin import Monitor

@@ -521,49 +521,63 @@ class LeakWatch:
 
     def _report_containers(self, pending: list, census) -> list:
         """Trace the containers that grew at every walk (found by
-        ``_follow_containers``), while this walk has time left; returns
-        the points of those named."""
+        ``_follow_containers``), all in one search (a level of the search is
+        one pass of the heap whatever the number of targets, and one that
+        leads nowhere does not use up the time of the others), while this walk
+        has time left; returns the points of those named."""
         extra = []
         deadline = self._deadline
         started = time.perf_counter()
         if self._overdraft_s >= MIN_TRACE_S:
             self._deadline = max(deadline, started + self._overdraft_s)
-        # The containers whose new items carry the most bytes first.
-        pending.sort(key=lambda item: -(item[1].history[-1][2] - item[1].history[0][2]) * _item_bytes(item[2]))
         try:
-            for key, entry, obj in pending:
-                self._report_container(entry, obj, _census_lists(census), extra)
-                if entry.reported and not entry.subject:
+            chosen = [item for item in pending
+                      if item[1].history[-1][2] - item[1].history[0][2] >= MIN_CONTAINER_LENGTH and _per_step(item[1])]
+            room = MAX_CONTAINERS - sum(bool(e.subject) for e in self._containers.values())
+            if not chosen or room <= 0 or self._container_traces >= 2 * MAX_CONTAINERS \
+                    or self._left() < MIN_TRACE_S:
+                return extra  # (no time left: tried again at a later walk)
+            # The containers whose new items carry the most bytes first.
+            chosen.sort(key=lambda item: -(item[1].history[-1][2] - item[1].history[0][2]) * _item_bytes(item[2]))
+            del chosen[room:]
+            self._container_traces += 1
+            objs = [obj for _key, _entry, obj in chosen]
+            result = referrers.trace(objs, time_cap_s=self._trace_cap(),
+                                     exclude=_census_lists(census) + [pending, chosen] + pending + chosen)
+            objs = None
+            self.trace_seconds += result.seconds
+            by_signature = {h.signature: h for h in result.held_by}
+            signatures = result.signatures or (None,) * len(chosen)
+            for (key, entry, obj), signature in zip(chosen, signatures):
+                held = by_signature.get(signature) if signature is not None else None
+                if held is None and not result.complete:
+                    continue  # cut short: tried again at a later walk
+                self._name_container(entry, obj, held, result, extra)
+                if not entry.subject:
                     self._containers.pop(key, None)
                     if len(self._ignored) < 4096:
                         self._ignored.add(key)
+            chosen = None
         finally:
             # Only the time past the walk's own deadline is overdrawn.
             self._overdraft_s -= max(0.0, time.perf_counter() - max(deadline, started))
             self._deadline = deadline
         return extra
 
-    def _report_container(self, entry, obj, exclude, extra) -> None:
-        if sum(bool(e.subject) for e in self._containers.values()) >= MAX_CONTAINERS \
-                or self._container_traces >= 2 * MAX_CONTAINERS or self._left() < MIN_TRACE_S:
-            return  # (no time left: tried again at a later walk)
-        self._container_traces += 1
-        if entry.history[-1][2] - entry.history[0][2] < MIN_CONTAINER_LENGTH or not _per_step(entry):
-            return
-        result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude)
-        self.trace_seconds += result.seconds
+    def _name_container(self, entry, obj, held, result, extra) -> None:
+        """Follow a traced container as a series of its own, named by its path
+        (``held``: its path, None when no root was reached)."""
         entry.reported = True
-        if not result.held_by or result.held_by[0].signature in result.own \
-                or _interpreter_root(result.held_by[0].hops):
+        if held is None or held.signature in result.own or _interpreter_root(held.hops):
             # Not reached from a root, or one of tb-leak's own: not followed.
             entry.subject = None
             return
-        path = result.held_by[0].path
+        path = held.path
         entry.path = path
         items = _item_kind(obj)
         kind = _name_of(entry.kind) + (f" of {items}" if items else "")
         entry.subject = " → ".join(path + [kind])[:240]
-        hops = _bounded_hops(result.held_by[0].hops + [_container_hop(_name_of(entry.kind), items)])
+        hops = _bounded_hops(held.hops + [_container_hop(_name_of(entry.kind), items)])
         # The lengths seen before go into the series' plugin data (points at
         # past steps would make TensorBoard drop the later points of every
         # series, as after a restart); the series goes on from this walk.

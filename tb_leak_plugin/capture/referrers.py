@@ -172,6 +172,9 @@ class TraceResult:
     levels: int = 0
     #: Paths (signatures) that pass through an object of tb-leak's own.
     own: frozenset = frozenset()
+    #: Each distinct target's signature, in the order given (None: not reached
+    #: from a root): one trace of several containers tells each its path.
+    signatures: tuple = ()
 
     def to_dict(self) -> dict:
         return {"held_by": [h.to_dict() for h in self.held_by], "traced": self.traced, "found": self.found,
@@ -675,6 +678,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
                     namer.want(nodes[holder_id], nodes[child_id])
                 if chain[0] is _ROOT:
                     namer.want(root_holders[ids[0]], nodes[ids[0]])
+        per_target: list = [None] * len(target_ids)
         concrete: dict[tuple, dict] = {}  # signature -> {position: set of concrete key names}
         first_hops: dict[tuple, list] = {}
         for index, (root, ids) in chains:
@@ -701,6 +705,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
             path = cut_hops(path)
             # Grouped by signature: string keys with their digits as wildcards.
             signature = tuple(hop_text(wildcard(hop)) for hop in path)
+            per_target[index] = signature
             groups[signature] = groups.get(signature, 0) + 1
             keys = concrete.setdefault(signature, {})
             for position, hop in enumerate(path):
@@ -722,7 +727,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceR
         if found < len(target_ids):
             complete = False
         return TraceResult(held_by, len(target_ids), found, time.perf_counter() - started, complete, levels,
-                           frozenset(own_paths))
+                           frozenset(own_paths), tuple(per_target))
     finally:
         nodes.clear()
         root_holders.clear()
