@@ -164,6 +164,27 @@ def loop_model_returned(logdir, seen):
     return monitor
 
 
+def _memoized(func):
+    cache = {}  # ints -> arrays: a dict the collector stops tracking
+
+    def wrapper(key):
+        if key not in cache:
+            cache[key] = func(key)
+        return cache[key]
+    return wrapper
+
+
+def loop_memo_closure(logdir, seen):
+    load = _memoized(lambda key: np.full(256, key, dtype=np.float32))
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in _steps(monitor):
+        load(step)  # a new key every step: the cache never hits
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
 CASES = [
     (loop_local, "loop_local() local `history`"),
     (loop_global, "global `__main__.KEPT_GLOBAL`"),
@@ -172,6 +193,7 @@ CASES = [
     (loop_bytearrays, "loop_bytearrays() local `buffers`"),
     (loop_arrays_in_tuples, "loop_arrays_in_tuples() local `batches`"),
     (loop_model_returned, "Model.activations"),
+    (loop_memo_closure, "`cache`"),
 ]
 
 

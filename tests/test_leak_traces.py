@@ -53,6 +53,7 @@ CASES = [
     ("loop_bytearrays", "loop_bytearrays() local `buffers`"),
     ("loop_arrays_in_tuples", "loop_arrays_in_tuples() local `batches`"),
     ("loop_model_returned", "Model.activations"),
+    ("loop_memo_closure", "`cache`"),
 ]
 LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 

@@ -40,15 +40,17 @@ from __future__ import annotations
 import array
 import collections
 
+import gc
 import numpy as np
 import itertools
 import sys
+import types
 import json
 import math
 import time
 
 from tb_leak_plugin.capture import referrers
-from tb_leak_plugin.capture.probes import _function_types, type_name
+from tb_leak_plugin.capture.probes import _function_types, _is_library, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
 from tb_leak_plugin.units import format_bytes, printable
 
@@ -122,6 +124,12 @@ _CONTAINER_SET = frozenset((list, dict, set, collections.deque, collections.Orde
 # accumulates in one of those.
 _CONTAINER_BASES = {id(kind): kind for kind in (list, dict, set, collections.deque)}
 _CONTAINER_IDS = frozenset(map(id, _CONTAINER_SET))
+# Where dicts the collector has untracked are looked for: a dict whose keys
+# and values are all untracked (strings, numbers, tuples of them, numpy
+# arrays: a memo cache of arrays) is not in the census, so it is found
+# through what holds it: closure cells and the globals of the program's own
+# modules.
+_CELL_GROUP = frozenset((types.CellType,))
 _MEMORY_GROUPS = frozenset(("process", "python", "tf"))
 _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
 
@@ -276,6 +284,7 @@ class LeakWatch:
         kinds = [kind for kind in census.by_type() if id(kind) in self._marks]
         census.want(*kinds)
         census.want_group(_CONTAINER_SET)
+        census.want_group(_CELL_GROUP)
         self._subclasses = _container_subclasses(census)
         if self._subclasses:
             census.want_group(self._subclasses)
@@ -438,10 +447,16 @@ class LeakWatch:
             return []
         # Module namespaces grow at imports; they are roots, not leaks.
         namespaces = set()
-        for _name, module in referrers.modules():
+        own_globals = []
+        for name, module in referrers.modules():
             namespace = referrers.module_namespace(module)
             if namespace is not None:
                 namespaces.add(id(namespace))
+                if type(name) is str and not _is_library(name) and (
+                        name == "__main__" or not name.startswith((referrers._PACKAGE, "_"))):
+                    own_globals.append(namespace)
+        containers = containers + _untracked_dicts(census.where_type_in(_CELL_GROUP), own_globals)
+        own_globals = None
         n = len(containers)
         all_ids = np.fromiter(map(id, containers), np.int64, n)
         all_lens = np.fromiter(map(_length, containers), np.int64, n)
@@ -848,6 +863,23 @@ def _container_subclasses(census) -> frozenset:
             continue
         kinds.append(kind)
     return frozenset(kinds)
+
+
+def _untracked_dicts(cells: list, namespaces: list) -> list:
+    """Dicts of at least MIN_CONTAINER_LENGTH items that the collector does
+    not track, held by ``cells`` or by a global of ``namespaces`` (C passes:
+    the cells' contents in one call, the namespaces' values)."""
+    referents = gc.get_referents(*cells) if cells else []
+    for namespace in namespaces:
+        referents.extend(dict.values(namespace))
+    kinds = np.fromiter(map(id, map(type, referents)), np.uintp, len(referents))
+    dicts = [referents[i] for i in np.flatnonzero(kinds == id(dict)).tolist()]
+    referents = kinds = None
+    found = {}
+    for d in dicts:
+        if not gc.is_tracked(d) and dict.__len__(d) >= MIN_CONTAINER_LENGTH:
+            found[id(d)] = d
+    return list(found.values())
 
 
 def _length(container) -> int:
