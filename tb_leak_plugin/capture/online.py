@@ -130,6 +130,7 @@ _CONTAINER_IDS = frozenset(map(id, _CONTAINER_SET))
 # through what holds it: closure cells and the globals of the program's own
 # modules.
 _CELL_GROUP = frozenset((types.CellType,))
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 _MEMORY_GROUPS = frozenset(("process", "python", "tf"))
 _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
 
@@ -452,7 +453,7 @@ class LeakWatch:
             namespace = referrers.module_namespace(module)
             if namespace is not None:
                 namespaces.add(id(namespace))
-                if type(name) is str and not _is_library(name) and (
+                if type(name) is str and not _is_library(name) and name.partition(".")[0] not in _STDLIB and (
                         name == "__main__" or not name.startswith((referrers._PACKAGE, "_"))):
                     own_globals.append(namespace)
         containers = containers + _untracked_dicts(census.where_type_in(_CELL_GROUP), own_globals)
