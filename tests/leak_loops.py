@@ -175,7 +175,7 @@ def _memoized(func):
 
 
 def loop_memo_closure(logdir, seen):
-    load = _memoized(lambda key: np.full(256, key, dtype=np.float32))
+    load = _memoized(lambda key: np.full(4096, key, dtype=np.float32))  # 16 KiB a step
     monitor = Monitor(str(logdir), on_leak=seen.append)
     for step in _steps(monitor):
         load(step)  # a new key every step: the cache never hits

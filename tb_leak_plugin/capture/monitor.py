@@ -662,6 +662,7 @@ class Monitor:
                     # traces take what the budget has free (and at most
                     # online.WATCH_SHARE of what the walks cost).
                     before = self._watch.analysis_seconds + self._watch.trace_seconds
+                    self._watch.contention = self._contention()
                     spent = self._watch.after_walk(step, wall_time, census, self._write_extra,
                                                    costs.get("heap", 0.0), spare_s=self._watch_spare_s(due))
                     self._watch_s += spent

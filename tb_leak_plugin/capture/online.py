@@ -103,6 +103,13 @@ FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
 # all, once per run (one trace of a container costs a pass of the heap per
 # hop of its path: tens of milliseconds on a TensorFlow heap).
 CONTAINER_OVERDRAFT_S = FIRST_TRACE_S
+# The trace caps above are seconds of the monitor's own work, as its allowance
+# is: on a machine where other processes take the cores, a trace's search
+# takes more wall time for the same levels (a cap in wall seconds found
+# nothing at a load of 3-4 on 2 cores where it named the holder on an idle
+# machine). The monitor sets ``LeakWatch.contention`` from its heap walks'
+# wall time over their CPU time (at most its MAX_CONTENTION) and the caps
+# are scaled by it.
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_MODULES = frozenset((
@@ -278,6 +285,8 @@ class LeakWatch:
         self._subclasses = frozenset()
         # What the container traces may still take beyond the budget (see CONTAINER_OVERDRAFT_S).
         self._overdraft_s = CONTAINER_OVERDRAFT_S
+        #: Wall seconds per second of the monitor's own work (set by the monitor).
+        self.contention = 1.0
 
     # -- called by the monitor -----------------------------------------------
 
@@ -307,7 +316,7 @@ class LeakWatch:
         if (self._held_by or leaking or self._memory_leaks) and len(self._held_by) < MAX_TRACES:
             # Before any leak is seen the first trace is not foreseen: if the
             # last analysis finds one, that trace runs anyway (FIRST_TRACE_S).
-            work += min(TRACE_CAP_S, max(self.trace_cost_s, FINAL_TRACE_S))
+            work += min(TRACE_CAP_S * self.contention, max(self.trace_cost_s, FINAL_TRACE_S))
         return work
 
     def _left(self) -> float:
@@ -317,7 +326,7 @@ class LeakWatch:
     def _trace_cap(self) -> float:
         """A trace's time cap: a trace checks its cap between levels of its
         search, and a level can take a tenth of a second on a large heap."""
-        return min(TRACE_CAP_S, 0.7 * self._left())
+        return min(TRACE_CAP_S * self.contention, 0.7 * self._left())
 
     def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0,
                    spare_s: float | None = None) -> float:
@@ -510,9 +519,22 @@ class LeakWatch:
             before = np.where(known, prev_lens[at] if prev_ids.size else 0, 0)
             gain = lens - before
             room = FOLLOWED_CONTAINERS - len(self._containers)
-            for index in np.argsort(-gain, kind="stable")[: room + 16]:
+            # Half the room goes to those that were there at the last walk
+            # and grew, half to those made since (ranked by gain each): a
+            # container made since the last walk (a step's list of 256
+            # outputs) has a length, not a growth, and a few of them each walk
+            # would crowd out the dict they are kept in, which grows by one a
+            # step; but a list made since (a callback's, at the start of
+            # fit) may be the leak.
+            by_gain = np.argsort(-gain, kind="stable")
+            by_gain = by_gain[gain[by_gain] > 0]
+            grown, made = by_gain[known[by_gain]], by_gain[~known[by_gain]]
+            half = room // 2
+            order = np.concatenate((grown[: room - half], made[:half], grown[room - half: room + 16],
+                                    made[half: room + 16]))
+            for index in order:
                 key = int(ids[index])
-                if gain[index] <= 0 or room <= 0:
+                if room <= 0:
                     break
                 if key in self._containers or key in self._ignored:
                     continue
@@ -545,7 +567,7 @@ class LeakWatch:
         deadline = self._deadline
         started = time.perf_counter()
         if self._overdraft_s >= MIN_TRACE_S:
-            self._deadline = max(deadline, started + self._overdraft_s)
+            self._deadline = max(deadline, started + self._overdraft_s * self.contention)
         try:
             chosen = [item for item in pending
                       if item[1].history[-1][2] - item[1].history[0][2] >= MIN_CONTAINER_LENGTH and _per_step(item[1])]
@@ -576,7 +598,7 @@ class LeakWatch:
             chosen = None
         finally:
             # Only the time past the walk's own deadline is overdrawn.
-            self._overdraft_s -= max(0.0, time.perf_counter() - max(deadline, started))
+            self._overdraft_s -= max(0.0, time.perf_counter() - max(deadline, started)) / self.contention
             self._deadline = deadline
         return extra
 
@@ -626,10 +648,10 @@ class LeakWatch:
         if census.final and not self._held_by:
             # A leaking run whose holder is still unnamed gets its one trace at
             # the last walk, whatever the budget has left (see FIRST_TRACE_S).
-            self._deadline = max(deadline, time.perf_counter() + FIRST_TRACE_S)
+            self._deadline = max(deadline, time.perf_counter() + FIRST_TRACE_S * self.contention)
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
-            if spent > WALK_TRACE_CAP_S or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
+            if spent > WALK_TRACE_CAP_S * self.contention or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
                 break
             kind, instances = self._culprit_targets(culprit, census)
             if kind is None and not instances:
