@@ -191,30 +191,94 @@ def long_logdir(tmp_path_factory):
     return str(root)
 
 
-def test_tab_and_cli_agree_on_a_run_longer_than_tensorboard_keeps(long_logdir):
+def _cli_runs(logdir: str) -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        cli.main(["analyze", long_logdir, "--format", "json"])
-    cli_runs = {run["run"]: run for run in json.loads(out.getvalue())["runs"]}
-    assert cli_runs["leaky"]["verdict"] == "leak" and cli_runs["clean"]["verdict"] != "leak"
+        cli.main(["analyze", logdir, "--format", "json"])
+    return {run["run"]: run for run in json.loads(out.getvalue())["runs"]}
 
+
+def _tab_reports(logdir: str, runs, **plugin_kwargs) -> dict:
     from tensorboard.backend import application
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    provider = cp.multiplexer_provider(long_logdir, samples=plugin_lib.DEFAULT_SAMPLES_PER_TAG)
-    plugin = plugin_lib.LeakPlugin(base_plugin.TBContext(logdir=long_logdir, data_provider=provider),
-                                   revalidate_secs=0)
+    provider = cp.multiplexer_provider(logdir, samples=plugin_lib.DEFAULT_SAMPLES_PER_TAG)
+    plugin = plugin_lib.LeakPlugin(base_plugin.TBContext(logdir=logdir, data_provider=provider),
+                                   revalidate_secs=0, **plugin_kwargs)
     client = Client(application.TensorBoardWSGI([plugin], data_provider=provider))
-    for name, cli_run in cli_runs.items():
+    reports = {}
+    for name in runs:
         response = client.get("/data/plugin/leak/report", query_string={"run": name})
         assert response.status_code == 200, response.get_data(as_text=True)
-        tab = json.loads(response.get_data(as_text=True))
-        tab_series = {s["tag"]: s for s in tab["series"]}
+        reports[name] = json.loads(response.get_data(as_text=True))
+    return reports
+
+
+def test_the_tab_reads_a_local_logdir_as_the_cli_does(long_logdir):
+    """A local logdir is read from its files: every point, whatever TensorBoard keeps."""
+    cli_runs = _cli_runs(long_logdir)
+    assert cli_runs["leaky"]["verdict"] == "leak" and cli_runs["clean"]["verdict"] != "leak"
+    tabs = _tab_reports(long_logdir, cli_runs)
+    for name, cli_run in cli_runs.items():
+        tab_series = {s["tag"]: s for s in tabs[name]["series"]}
         for series in cli_run["series"]:
             assert series["samples"] == LONG_POINTS
+            assert tab_series[series["tag"]] == series  # the same analysis of the same points
+        assert tabs[name]["verdict"] == cli_run["verdict"], name
+
+
+def test_through_the_provider_the_tab_agrees_on_a_run_longer_than_tensorboard_keeps(long_logdir):
+    """A remote logdir is read through TensorBoard's sample of each series."""
+    cli_runs = _cli_runs(long_logdir)
+    tabs = _tab_reports(long_logdir, cli_runs, read_files=False)
+    for name, cli_run in cli_runs.items():
+        tab_series = {s["tag"]: s for s in tabs[name]["series"]}
+        for series in cli_run["series"]:
             thinned = tab_series[series["tag"]]
             assert thinned["samples"] == plugin_lib.DEFAULT_SAMPLES_PER_TAG
             assert thinned["last_step"] == LONG_POINTS - 1  # the reservoir keeps the latest point
             assert thinned["verdict"] == series["verdict"], (name, series["tag"])
-        assert tab["verdict"] == cli_run["verdict"], name
+        assert tabs[name]["verdict"] == cli_run["verdict"], name
+
+
+def test_a_series_past_the_readers_bound_is_thinned_evenly_and_keeps_its_verdict(long_logdir, monkeypatch):
+    """Memory stays bounded on a huge series: past 2 x MAX_POINTS_PER_SERIES
+    every stride-th point is kept (evenly, the newest always), the verdict
+    is the full series', and a warning says so."""
+    full = {name: reader.load_run(name, os.path.join(long_logdir, name)) for name in ("leaky", "clean")}
+    cli_full = _cli_runs(long_logdir)
+    monkeypatch.setattr(reader, "MAX_POINTS_PER_SERIES", 1024)
+    for name in ("leaky", "clean"):
+        run = reader.load_run(name, os.path.join(long_logdir, name))
+        for tag, series in run.series.items():
+            assert 1024 <= series.steps.size <= 2 * 1024 + 2
+            assert series.steps[-1] == LONG_POINTS - 1 and series.steps[0] == 0
+            assert np.isin(series.steps, full[name].series[tag].steps).all()
+            gaps = np.diff(series.steps)
+            assert gaps.max() == gaps.min() or gaps[:-1].max() == gaps[:-1].min()  # even, but for the newest
+        assert any("1 in every 8 analysed (1,876 points)" in w for w in run.warnings), run.warnings
+    cli_thinned = _cli_runs(long_logdir)
+    for name, run in cli_full.items():
+        assert cli_thinned[name]["verdict"] == run["verdict"]
+        assert {s["tag"]: s["verdict"] for s in cli_thinned[name]["series"]} == \
+            {s["tag"]: s["verdict"] for s in run["series"]}
+
+
+def test_thinning_keeps_each_files_first_point_so_a_restart_reads_the_same(tmp_path, monkeypatch):
+    """A job restarted from a checkpoint: the dead attempt's steps past it are
+    dropped from a thinned series exactly as from the full one."""
+    run_dir = str(tmp_path / "job")
+    info = SERIES[0]
+    for attempt, (first, last) in enumerate([(0, 3000), (1777, 5000)]):
+        writer = EventWriter(run_dir, flush_secs=1e9, name_tag=f"a{attempt}")
+        for step in range(first, last):
+            writer.write(step, [(info, 1e6 + step)], wall_time=1.7e9 + attempt * 1e4 + step)
+        writer.close()
+    full = reader.load_run("job", run_dir).series[info.tag]
+    monkeypatch.setattr(reader, "MAX_POINTS_PER_SERIES", 256)
+    thinned = reader.load_run("job", run_dir).series[info.tag]
+    assert full.steps.size == 5000 and thinned.steps.size < 600
+    assert np.isin(thinned.steps, full.steps).all()
+    assert 1777 in thinned.steps.tolist() and thinned.steps[-1] == 4999
+    np.testing.assert_array_equal(thinned.values, 1e6 + thinned.steps)

@@ -4,9 +4,11 @@ Files are opened through TensorBoard's own I/O layer (its ``gfile``, which
 also speaks ``s3://`` through boto3 and other schemes through fsspec; see
 :mod:`tb_leak_plugin.eventfile.remote`), records are framed here with CRC
 checks, and each record is decoded with TensorBoard's ``Event`` protobuf.
-Every point is kept. A remote logdir is listed once, whole (for S3 in one
-paginated listing), and each remote event file is read with one request
-when it fits in a read chunk.
+Every point is kept up to :data:`MAX_POINTS_PER_SERIES` a series; past
+that, every ``stride``-th point read (evenly over the run, a warning says
+so), so memory stays bounded. A remote logdir is listed once, whole (for S3
+in one paginated listing), and each remote event file is read with one
+request when it fits in a read chunk.
 
 A half-written last record (a job still writing) ends a file quietly; a
 corrupt record ends that file with a warning naming file and offset, and
@@ -44,6 +46,12 @@ EVENT_FILE_PATTERN = re.compile(r"tfevents")
 READ_CHUNK_BYTES = 8 << 20
 # A record longer than this is treated as corruption rather than allocated.
 MAX_RECORD_BYTES = 256 << 20
+# Points of one series held while reading: past twice this, every other one is
+# let go (evenly over the run; see _Column), so memory stays bounded whatever a
+# file holds. The Monitor writes about 16*sqrt(seconds) points a series (8,100
+# in 3 days, 26,000 in 30), all kept; the trend analysis reduces a series to at
+# most 1,024 blocks, so 32-64 points a block are left where a series is thinned.
+MAX_POINTS_PER_SERIES = 1 << 15
 
 
 
@@ -271,7 +279,7 @@ def _file_kind(mode: int) -> str:
     return "not a plain file"
 
 
-def _open_event_file(path: str):
+def open_event_file(path: str):
     """A binary read handle. Local files are opened without blocking and
     checked to be regular (a FIFO swapped in after listing must not hang)."""
     if is_remote(path):
@@ -297,7 +305,7 @@ def iter_record_chunks(path: str, warnings: list[str]):
     be busy); of a remote object it is (objects are put whole), and is named.
     """
     try:
-        handle = _open_event_file(path)
+        handle = open_event_file(path)
     except Exception as error:
         warnings.append(f"{path}: cannot open: {error}; skipped it")
         return
@@ -416,30 +424,90 @@ def scalar_value(value) -> float | None:
 class _Column:
     """Points of one series as they are read: numpy blocks from the fast
     decoder and Python lists from the protobuf path, each with the global
-    record number so write order survives (the last write of a step wins)."""
+    record number so write order survives (the last write of a step wins).
 
-    __slots__ = ("info", "blocks", "seq", "steps", "wall_times", "values")
+    Memory is bounded (:data:`MAX_POINTS_PER_SERIES`): once more than twice
+    that many points are held, every other one is let go (by the order the
+    points were read), as often as needed, so what is kept is every
+    ``stride``-th point read, evenly over the whole series. The first point
+    of the series in each file (restarts are read from them) and the newest
+    point are always kept.
+    """
+
+    __slots__ = ("info", "blocks", "seq", "steps", "wall_times", "values", "read", "held", "stride",
+                 "pins", "newest")
 
     def __init__(self, info):
         self.info = info
-        self.blocks = []
+        self.blocks = []  # (ordinals, seq, steps, wall_times, values)
         self.seq = []
         self.steps = []
         self.wall_times = []
         self.values = []
+        self.read = 0  # points read so far
+        self.held = 0  # points held in blocks
+        self.stride = 1
+        self.pins = {}  # file index -> the series' first point in that file
+        self.newest = None  # the point with the highest record number
 
-    def to_series(self, tag: str, file_starts: np.ndarray) -> Series | None:
+    def add(self, file_index, seq, steps, wall_times, values) -> None:
+        """Add a block of points (numpy arrays) read from file ``file_index``."""
+        n = int(seq.shape[0])
+        if n == 0:
+            return
+        ordinals = np.arange(self.read, self.read + n, dtype=np.int64)
+        self.read += n
+        first, last = int(np.argmin(seq)), int(np.argmax(seq))
+        pin = self.pins.get(file_index)
+        if pin is None or seq[first] < pin[0]:
+            self.pins[file_index] = (int(seq[first]), int(steps[first]), float(wall_times[first]), float(values[first]))
+        if self.newest is None or seq[last] > self.newest[0]:
+            self.newest = (int(seq[last]), int(steps[last]), float(wall_times[last]), float(values[last]))
+        if self.stride > 1:
+            keep = ordinals % self.stride == 0
+            ordinals, seq, steps, wall_times, values = (a[keep] for a in (ordinals, seq, steps, wall_times, values))
+        self.blocks.append((ordinals, seq, steps, wall_times, values))
+        self.held += int(ordinals.shape[0])
+        if self.held > 2 * MAX_POINTS_PER_SERIES:
+            self._thin()
+
+    def flush(self, file_index) -> None:
+        """Move the protobuf path's points into a block."""
+        if self.values:
+            self.add(file_index, np.asarray(self.seq, dtype=np.int64), np.asarray(self.steps, dtype=np.int64),
+                     np.asarray(self.wall_times, dtype=np.float64), np.asarray(self.values, dtype=np.float64))
+            self.seq, self.steps, self.wall_times, self.values = [], [], [], []
+
+    def _thin(self) -> None:
+        while self.held > 2 * MAX_POINTS_PER_SERIES:
+            self.stride *= 2
+            blocks, held = [], 0
+            for block in self.blocks:
+                keep = block[0] % self.stride == 0
+                block = tuple(a[keep] for a in block)
+                held += int(block[0].shape[0])
+                if block[0].shape[0]:
+                    blocks.append(block)
+            self.blocks, self.held = blocks, held
+
+    def to_series(self, tag: str, file_starts: np.ndarray, file_index: int) -> Series | None:
         """The series, in step order, without the points a later file
         orphaned; ``file_starts`` is each file's first record number."""
-        blocks = list(self.blocks)
-        if self.values:
-            blocks.append((np.asarray(self.seq, dtype=np.int64), np.asarray(self.steps, dtype=np.int64),
-                           np.asarray(self.wall_times, dtype=np.float64), np.asarray(self.values, dtype=np.float64)))
+        self.flush(file_index)
+        blocks = [block[1:] for block in self.blocks]
         if not blocks:
             return None
+        if self.stride > 1:  # the pinned points, once each
+            extra = list(self.pins.values()) + [self.newest]
+            blocks.append(tuple(np.asarray(column, dtype=dtype) for column, dtype in
+                                zip(zip(*extra), (np.int64, np.int64, np.float64, np.float64))))
         seq, steps, wall_times, values = (np.concatenate(part) for part in zip(*blocks))
-        order = np.argsort(seq, kind="stable")
-        seq, steps, wall_times, values = seq[order], steps[order], wall_times[order], values[order]
+        if self.stride > 1:
+            seq, unique = np.unique(seq, return_index=True)
+            steps, wall_times, values = steps[unique], wall_times[unique], values[unique]
+        else:
+            order = np.argsort(seq, kind="stable")
+            seq, steps, wall_times, values = seq[order], steps[order], wall_times[order], values[order]
         keep = not_orphaned(steps, np.searchsorted(file_starts, seq, side="right") - 1)
         if not keep.all():
             steps, wall_times, values = steps[keep], wall_times[keep], values[keep]
@@ -485,7 +553,7 @@ def load_run(name: str, run_dir: str, files: list[str] | None = None) -> RunData
             files = []
     seq_base = 0
     file_starts = []
-    for path in files:
+    for file_index, path in enumerate(files):
         file_starts.append(seq_base)
         for buffer, offsets, lengths in iter_record_chunks(path, run.warnings):
             offsets_array = np.asarray(offsets, dtype=np.int64)
@@ -501,19 +569,27 @@ def load_run(name: str, run_dir: str, files: list[str] | None = None) -> RunData
                 if not event.HasField("summary"):
                     continue
                 _add_event(event, seq_base + index, columns, rejected, path, run.warnings)
+            for column in columns.values():
+                column.flush(file_index)
             for group in groups:
                 seq = group.record_indices + seq_base
                 for k, tag in enumerate(group.tags):
                     column = columns.get(tag)
                     if column is None:
                         continue  # no metadata seen: not a tb-leak series
-                    column.blocks.append((seq, group.steps, group.wall_times, group.values[:, k]))
+                    column.add(file_index, seq, group.steps, group.wall_times, group.values[:, k])
             seq_base += len(offsets)
     file_starts_array = np.asarray(file_starts, dtype=np.int64)
     for tag in sorted(columns):
-        series = columns[tag].to_series(tag, file_starts_array)
+        column = columns[tag]
+        series = column.to_series(tag, file_starts_array, max(len(files) - 1, 0))
         if series is not None:
             run.series[tag] = series
+        if column.stride > 1:
+            run.warnings.append(
+                f"series {tag!r}: {column.read:,} points; 1 in every {column.stride} analysed "
+                f"({series.steps.size if series is not None else 0:,} points), so memory stays bounded "
+                f"(at most {2 * MAX_POINTS_PER_SERIES:,} points a series are held while reading)")
     return run
 
 

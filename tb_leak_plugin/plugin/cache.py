@@ -1,8 +1,21 @@
 """The Leak tab's report cache: one report per (experiment, run).
 
+A local logdir is read as the CLI reads it: the runs are found by walking
+the logdir, and a run's series are read from its event files by
+:func:`tb_leak_plugin.eventfile.reader.load_run` (every point up to its
+bound, memory bounded), never from TensorBoard's in-memory copy. So the tab
+and ``tb-leak analyze`` give the same report on the same files, the report
+is there as soon as the files can be read (not when TensorBoard's loader
+has parsed every event), and TensorBoard keeps only a small sample of the
+leak series. A run's files are first scanned (once, then only what was
+appended) for tb-leak's plugin metadata, so runs of other tools are never
+parsed. A remote logdir (``s3://...``), or a TensorBoard with no logdir, is
+read through TensorBoard's data provider instead.
+
 Reports are cached per (experiment, run) and rebuilt when the run's data
-changes: its series' last step and wall time, and the size and mtime of its
-profiler trace files. What the provider lists is re-checked at most every
+changes: the size and mtime of its event files (or, through the provider,
+its series' last step and wall time), and the size and mtime of its
+profiler trace files. What is listed is re-checked at most every
 ``revalidate_secs`` (TensorBoard reloads the logdir every 5 s by default).
 
 Profiler traces are read only from runs the data provider lists whose real
@@ -36,7 +49,7 @@ import numpy as np
 from tensorboard import errors
 
 from tb_leak_plugin import metadata
-from tb_leak_plugin.eventfile import remote
+from tb_leak_plugin.eventfile import reader, remote
 from tb_leak_plugin.plugin.views import Points, relative_paths
 
 logger = logging.getLogger("tb_leak_plugin")
@@ -47,6 +60,12 @@ PLUGIN_NAME = metadata.PLUGIN_NAME
 READ_ALL_POINTS = 2**31 - 1
 REVALIDATE_SECS = 5.0
 MAX_EXPERIMENTS = 8
+# What tb-leak's plugin metadata looks like inside an event record:
+# PluginData.plugin_name "leak" (field 1) followed by its content (field 2).
+# A Summary.Value whose tag is "leak" is followed by another field, so a
+# user's own "leak" scalar does not match.
+_OUR_METADATA = b"\x0a\x04" + metadata.PLUGIN_NAME.encode() + b"\x12"
+_SCAN_CHUNK_BYTES = 8 << 20
 
 
 @dataclasses.dataclass
@@ -66,9 +85,10 @@ class Listing:
 
     at: float
     known_runs: frozenset
-    series: dict  # run -> {tag: ScalarTimeSeries}
+    series: dict  # run -> {tag: ScalarTimeSeries} (provider) or event file paths (local)
     run_dirs: dict  # run -> safe local directory or None
     fingerprints: dict  # run -> tuple
+    paths: dict = dataclasses.field(default_factory=dict)  # run -> directory its event files are in (local)
 
 
 class _Experiment:
@@ -96,8 +116,10 @@ class ReportCache:
 
     def __init__(self, provider, logdir_root: str | None, report_builder, run_data_type, series_type,
                  *, revalidate_secs: float = REVALIDATE_SECS, clock=time.monotonic,
-                 remote_logdir: str | None = None):
+                 remote_logdir: str | None = None, read_files: bool = True):
         self._provider = provider
+        self._read_files = read_files and logdir_root is not None
+        self._scanned: dict = {}  # event file path -> (identity, bytes scanned, found)
         self._logdir_root = logdir_root
         self._remote_logdir = remote_logdir
         self._report_builder = report_builder
@@ -129,6 +151,14 @@ class ReportCache:
             now = self._clock()
             if listing is not None and now - listing.at < self._revalidate_secs:
                 return listing
+        if self._read_files:
+            listing = self._local_listing()
+            with state.lock:
+                state.listing = listing
+                for run in list(state.entries):
+                    if run not in listing.series:
+                        del state.entries[run]
+            return listing
         if self._provider is None:
             raise errors.NotFoundError("TensorBoard has no data provider")
         known = frozenset(r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment))
@@ -160,6 +190,81 @@ class ReportCache:
                 if run not in series:
                     del state.entries[run]
         return listing
+
+    def _local_listing(self) -> Listing:
+        """The runs of the local logdir that hold tb-leak series, found as the
+        CLI finds them; a run's fingerprint is its event files' sizes and
+        mtimes and its profiler files'."""
+        root = self._logdir_root
+        warnings: list = []
+        try:
+            locations = reader.locate_runs(root, warnings)
+        except reader.LogdirError as error:
+            self._warn_once(str(error))
+            locations = {}
+        for warning in warnings:
+            self._warn_once(warning)
+        known = frozenset(locations)
+        series, run_dirs, fingerprints, paths = {}, {}, {}, {}
+        live = set()
+        for run, location in locations.items():
+            try:
+                files = reader.event_files(location.path)
+            except OSError as error:
+                self._warn_once(f"cannot list the event files of run {run!r}: {error.strerror or error}")
+                continue
+            stamps, ours = [], False
+            for path in files:
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    continue
+                live.add(path)
+                stamps.append((os.path.basename(path), info.st_size, info.st_mtime_ns))
+                ours = self._holds_ours(path, info) or ours
+            if not ours:
+                continue
+            series[run] = tuple(files)
+            paths[run] = location.path
+            run_dir = self.run_directory(run, known)
+            stamp = trace_stamp(run_dir, root)
+            if stamp is None:  # a trace file links outside the logdir: read no traces
+                run_dir, stamp = None, ()
+            run_dirs[run] = run_dir
+            fingerprints[run] = (tuple(stamps), stamp)
+        for path in list(self._scanned):
+            if path not in live:
+                del self._scanned[path]
+        return Listing(at=self._clock(), known_runs=known, series=series, run_dirs=run_dirs,
+                       fingerprints=fingerprints, paths=paths)
+
+    def _holds_ours(self, path: str, info) -> bool:
+        """Whether the event file holds tb-leak plugin metadata; only the
+        bytes appended since the last look are scanned."""
+        identity = (info.st_dev, info.st_ino)
+        known = self._scanned.get(path)
+        start = 0
+        if known is not None and known[0] == identity and known[1] <= info.st_size:
+            if known[2] or known[1] == info.st_size:
+                return known[2]
+            start = max(0, known[1] - len(_OUR_METADATA) + 1)
+        found, end = False, start
+        try:
+            with reader.open_event_file(path) as handle:  # never blocks on a FIFO swapped in
+                handle.seek(start)
+                tail = b""
+                while not found:
+                    chunk = handle.read(_SCAN_CHUNK_BYTES)
+                    if not chunk:
+                        break
+                    end += len(chunk)
+                    found = _OUR_METADATA in tail + chunk
+                    tail = chunk[-(len(_OUR_METADATA) - 1):]
+        except OSError as error:
+            self._warn_once(f"cannot read {path}: {error.strerror or error}")
+            return False
+        self._scanned[path] = (identity, end, found)
+        return found
 
     def run_directory(self, run: str, known_runs) -> str | None:
         """The run's local directory, or None unless it is safe to read.
@@ -230,6 +335,14 @@ class ReportCache:
             return entry
 
     def _build_entry(self, ctx, experiment: str, run: str, listing: Listing) -> RunEntry:
+        if self._read_files:
+            run_data = reader.load_run(run, listing.paths[run], list(listing.series[run]))
+            run_data.path = listing.run_dirs.get(run)  # None: its traces are not read
+            points = {}
+            for tag, series in run_data.series.items():
+                finite = np.isfinite(series.values)
+                points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
+            return self._finish_entry(run_data, points, listing.fingerprints[run])
         from tensorboard.data import provider as provider_lib
 
         tags = listing.series[run]
@@ -264,10 +377,13 @@ class ReportCache:
                 points[tag] = Points(series.steps, series.wall_times, series.values)
             else:
                 points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
+        return self._finish_entry(run_data, points, listing.fingerprints[run])
+
+    def _finish_entry(self, run_data, points: dict, fingerprint: tuple) -> RunEntry:
         report = self._report_builder(run_data, with_traces=run_data.path is not None).to_dict()
         report = relative_paths(report, run_data.path, self._logdir_root or self._remote_logdir)
         return RunEntry(
-            fingerprint=listing.fingerprints[run],
+            fingerprint=fingerprint,
             run_data=run_data,
             report=report,
             points=points,

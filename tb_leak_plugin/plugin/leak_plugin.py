@@ -1,15 +1,19 @@
 """The Leak tab: TensorBoard plugin routes over one report per run.
 
-Series are read only through TensorBoard's data provider (so the tab works
-with the Python multiplexer and the Rust data server alike) and turned into
-the same ``RunData`` the CLI reads from disk; every route is a view of the
-report :func:`tb_leak_plugin.reporting.logdir.report_for_run` builds, never a second
+A local logdir's series are read from its event files by the CLI's own
+reader (so the tab and ``tb-leak analyze`` report the same thing, whatever
+``--load_fast`` says and however far TensorBoard's loader has got, and
+TensorBoard need not hold every point); a remote logdir's, or those of a
+TensorBoard with no logdir, through TensorBoard's data provider (the
+Python multiplexer and the Rust data server alike), turned into the same
+``RunData``. Every route is a view of the report
+:func:`tb_leak_plugin.reporting.logdir.report_for_run` builds, never a second
 analysis. Profiler traces are read from run directories under the logdir
 (local, or ``<logdir>/<run>`` on an object store such as ``s3://``),
-and only from runs the data provider lists whose real path stays inside it;
+and only from runs whose real path stays inside it;
 no answer names a file by its absolute path on the server. A restarted job's
-orphaned points are dropped as TensorBoard's data server drops them, so the
-tab shows the same series under either ``--load_fast`` setting.
+orphaned points are dropped as the CLI drops them (through the provider:
+as TensorBoard's data server does, the same under either ``--load_fast``).
 
 Reports are cached per (experiment, run) by
 :class:`tb_leak_plugin.plugin.cache.ReportCache`; the JSON each route returns
@@ -49,14 +53,16 @@ PLUGIN_NAME = metadata.PLUGIN_NAME
 
 # Points TensorBoard keeps per leak series unless --samples_per_plugin says
 # otherwise (a reservoir: an even random sample of the series, always with
-# its latest point; the multiplexer and the Rust data server alike). A verdict
-# on a random 10 points, TensorBoard's default for unknown plugins, would be
-# worthless; keeping all of them (0) let an old 3-day run of 10 series x
-# 520,000 points take 2-3 GB of TensorBoard's memory. The Monitor writes
-# about 16*sqrt(seconds) points a series (8,100 in 3 days): every point of
-# a run of up to about 4 days is kept, and a longer or older run is analysed
-# on 10,000 random points a series, about 10 in each of the <= 1,024 blocks
-# the trend analysis reduces a series to (its verdicts do not change:
+# its latest point; the multiplexer and the Rust data server alike). The tab
+# reads a local logdir's files itself (every point, as the CLI does), so this
+# sample is what it analyses only on a remote logdir. A verdict on a random
+# 10 points, TensorBoard's default for unknown plugins, would be worthless;
+# keeping all of them (0) let an old 3-day run of 10 series x 520,000 points
+# take 2-3 GB of TensorBoard's memory. The Monitor writes about
+# 16*sqrt(seconds) points a series (8,100 in 3 days): every point of a run of
+# up to about 4 days is kept, and a longer or older run is analysed on 10,000
+# random points a series, about 10 in each of the <= 1,024 blocks the trend
+# analysis reduces a series to (its verdicts do not change:
 # tests/test_long_runs.py, benchmarks/bench_long_runs.py).
 DEFAULT_SAMPLES_PER_TAG = 10_000
 
@@ -131,12 +137,14 @@ class LeakPlugin(base_plugin.TBPlugin):
       frontend_dir: where the frontend files are; default found by
         :func:`frontend_directory`.
       clock: monotonic seconds, injectable for tests.
+      read_files: read a local logdir's event files directly (the default);
+        False reads every logdir through the data provider.
     """
 
     plugin_name = PLUGIN_NAME
 
     def __init__(self, context, *, report_builder=None, revalidate_secs: float = REVALIDATE_SECS,
-                 frontend_dir: str | None = None, clock=time.monotonic):
+                 frontend_dir: str | None = None, clock=time.monotonic, read_files: bool = True):
         # Heavy imports here, not at module level: the loader must import cheaply.
         from tb_leak_plugin.reporting.logdir import report_for_run
         from tb_leak_plugin.analysis.series import RunData, Series
@@ -153,7 +161,7 @@ class LeakPlugin(base_plugin.TBPlugin):
         self._frontend_dir = frontend_dir or frontend_directory()
         self._cache = ReportCache(
             self._provider, logdir_root, report_builder or report_for_run, RunData, Series,
-            revalidate_secs=revalidate_secs, clock=clock, remote_logdir=remote_logdir,
+            revalidate_secs=revalidate_secs, clock=clock, remote_logdir=remote_logdir, read_files=read_files,
         )
 
     # -- TBPlugin ---------------------------------------------------------
