@@ -244,6 +244,24 @@ def _deep_chain(top: str, levels: int, name: str = "d") -> str:
     return path
 
 
+def _remove_chain(top: str, bottom: str) -> None:
+    """Remove a chain made by _deep_chain, deepest first, without recursion:
+    shutil.rmtree (and pytest's clean-up of old temporary directories, which
+    uses it) recurses once per level and would hit the recursion limit."""
+    path = bottom
+    while True:
+        for name in os.listdir(path):
+            child = os.path.join(path, name)
+            if not os.path.isdir(child) or os.path.islink(child):
+                os.unlink(child)
+            else:
+                shutil.rmtree(child)  # a shallow run directory
+        os.rmdir(path)
+        if path == top:
+            return
+        path = os.path.dirname(path)
+
+
 def _too_long_chain(top: str, levels: int = 20, name_length: int = 250) -> None:
     """Directories whose path exceeds PATH_MAX (made relative to each parent)."""
     fd = os.open(top, os.O_RDONLY)
@@ -274,6 +292,7 @@ def test_a_thousand_levels_deep_logdir_keeps_its_shallow_runs(tmp_path, capsys):
         assert any("File name too long" in w and "skipped it" in w for w in data["warnings"]), data["warnings"]
     finally:
         shutil.rmtree(tmp_path / "long", ignore_errors=True)
+        _remove_chain(str(tmp_path / "deep"), deep)
 
 
 def test_an_unlistable_directory_is_skipped_with_a_warning(tmp_path, monkeypatch, capsys):
