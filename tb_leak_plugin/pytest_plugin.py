@@ -15,7 +15,9 @@ step number when it takes a ``step`` argument)::
         train_step()
 
 ``leak_check(step_fn, steps=300, warmup=20, inconclusive="fail", logdir=None)``
-runs ``step_fn(step)`` ``warmup`` times unmonitored, then ``steps`` times
+(``logdir=None``: the fixture's under pytest's ``tmp_path``; the marker's and
+``run_leak_check``'s a new temporary directory, removed when the step is
+certified ``no_leak`` and kept, named in the message, otherwise) runs ``step_fn(step)`` ``warmup`` times unmonitored, then ``steps`` times
 under a :class:`tb_leak_plugin.Monitor` at its default settings, and judges
 the run: a leak fails the test with the reason, the top culprits and who
 holds them; an inconclusive run fails (``inconclusive="pass"``: passes)
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -58,7 +61,8 @@ def run_leak_check(step_fn, steps: int = 300, warmup: int = 20, inconclusive: st
     steps, warmup = int(steps), int(warmup)
     if steps < 1 or warmup < 0:
         raise ValueError(f"leak_check needs steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
-    if logdir is None:
+    made_logdir = logdir is None
+    if made_logdir:
         logdir = tempfile.mkdtemp(prefix="tb_leak_check_")
     # tb-leak itself only now: collecting and running other tests never imports it.
     from tb_leak_plugin.capture.monitor import Monitor
@@ -77,6 +81,8 @@ def run_leak_check(step_fn, steps: int = 300, warmup: int = 20, inconclusive: st
     run_dir = monitor.logdir
     report = report_for_run(load_run(os.path.basename(os.path.normpath(run_dir)) or run_dir, run_dir),
                             with_traces=False)
+    if report.verdict == "no_leak" and made_logdir:
+        shutil.rmtree(logdir, ignore_errors=True)  # kept only where a message names it
     if report.verdict == "leak":
         pytest.fail(leak_message(report, run_dir), pytrace=False)
     if report.verdict != "no_leak":
@@ -175,7 +181,5 @@ def pytest_pyfunc_call(pyfuncitem):
         function(**arguments)
 
     options = dict(marker.kwargs)
-    if options.get("logdir") is None:
-        options["logdir"] = tempfile.mkdtemp(prefix="tb_leak_check_")
     run_leak_check(step_fn, **options)
     return True

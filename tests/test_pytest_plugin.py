@@ -219,3 +219,27 @@ def test_plugin_is_cheap_to_import_and_inert_for_other_tests(run_generated):
     result.assert_outcomes(passed=2)
     markers = run_generated("", "--markers")
     assert "@pytest.mark.leak_check(steps=300" in markers.stdout.str()
+
+
+def test_a_temporary_logdir_is_kept_only_when_a_message_names_it(tmp_path, monkeypatch):
+    """``run_leak_check`` (and the marker) without a logdir: the directory it
+    makes is removed once the step is certified no_leak, and kept where the
+    failure (or the inconclusive pass) names it."""
+    from tb_leak_plugin import pytest_plugin
+
+    made = []
+
+    def mkdtemp(prefix=""):
+        path = str(tmp_path / f"{prefix}{len(made)}")
+        os.mkdir(path)
+        made.append(path)
+        return path
+
+    monkeypatch.setattr(pytest_plugin.tempfile, "mkdtemp", mkdtemp)
+    kept = []
+    with pytest.raises(pytest.fail.Exception) as failure:
+        pytest_plugin.run_leak_check(lambda step: kept.append(bytearray(64 * 1024)), steps=300)
+    assert os.path.isdir(made[0]) and made[0] in str(failure.value)
+    kept.clear()
+    report = pytest_plugin.run_leak_check(lambda step: None, steps=300, inconclusive="pass")
+    assert os.path.isdir(made[1]) == (report.verdict != "no_leak"), report.verdict
