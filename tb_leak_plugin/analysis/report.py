@@ -19,7 +19,7 @@ from tb_leak_plugin.analysis.census import benjamini_hochberg
 from tb_leak_plugin.analysis.policy import POLICY
 from tb_leak_plugin.analysis import library_leaks
 from tb_leak_plugin.metadata import hop_text
-from tb_leak_plugin.analysis.trend import TrendResult, assess_series
+from tb_leak_plugin.analysis.trend import TrendResult, assess_series, growth_shown
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
 from tb_leak_plugin.metadata import HELD_BY_GROUP, parse_limit_detail
@@ -626,9 +626,12 @@ def _false_discovery_control(reports) -> None:
 
 # The host's memory is measured as a whole (RSS: what the host sees) and in
 # parts (the C allocator, Python's blocks, TensorFlow's CPU allocator). A part
-# is covered when the whole is certified flat; the whole is covered when every
-# part present is (RSS also moves with pools and pages the allocator keeps,
-# and may not decide where the exact parts do). Device memory is its own.
+# is covered when the whole is certified flat, unless its own data show it
+# growing above materiality (POLICY.alpha_shown): a part can grow for a long
+# time inside memory the whole already holds (the allocator's free pages), so
+# a flat whole bounds only what the host sees so far. The whole is covered when every part present is (RSS also moves with
+# pools and pages the allocator keeps, and may not decide where the exact
+# parts do). Device memory is its own.
 _WHOLES = ("rss_anon_bytes", "rss_bytes", "uss_bytes")
 _PARTS = ("malloc_bytes", "allocated_blocks", "bytes_in_use")
 
@@ -645,8 +648,9 @@ def _covered(memory) -> list:
     parts_ok = any(r.measure == "malloc_bytes" for r in parts) and all(r.trend.verdict == "no_leak" for r in parts)
     out = []
     for r in memory:
-        if r.trend.verdict == "no_leak" or (r.measure in _PARTS and _host(r) and whole_ok) \
-                or (r.measure in _WHOLES and parts_ok):
+        through_whole = r.measure in _PARTS and _host(r) and whole_ok \
+            and not growth_shown(r.trend, POLICY.alpha_shown)
+        if r.trend.verdict == "no_leak" or through_whole or (r.measure in _WHOLES and parts_ok):
             out.append(r)
     return out
 

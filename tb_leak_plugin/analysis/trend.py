@@ -527,6 +527,17 @@ def _p_above(b, se, df, bar):
     return t_sf((b - bar) / se, df) if se > 0 else float(b <= bar)
 
 
+def growth_shown(result: TrendResult, alpha: float) -> bool:
+    """Whether the series' growth is above materiality at one-sided level
+    ``alpha`` under every reading a leak claim must survive: evidence short of
+    a leak (``POLICY.alpha_leak``) that still stands against "no leak"."""
+    material = result.materiality
+    readings = result.leak_readings or result.readings
+    if material is None or not readings:
+        return False
+    return max(_p_above(b, se, max(df, 1.0), material) for b, se, df in readings) < alpha
+
+
 def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy) -> TrendResult:
     b, se, df = fit.slope, fit.se, max(fit.df, 1.0)
     readings = fit.readings or [(b, se, df)]
