@@ -29,9 +29,15 @@ def _pause():
     time.sleep(0.0012)
 
 
-def _steps(monitor):
+def _steps(monitor, told=None):
+    """Steps of a loop: STEPS, then on (at most 20 x STEPS) until the monitor
+    has walked the heap MIN_WALKS times and, for a leaky loop (``told``: the
+    list its ``on_leak`` fills), until the leak was told. A loaded machine
+    gives fewer, later walks and noisier points; a verdict that says "about N
+    more steps would decide" gets them, as a user's job would."""
     step = 0
-    while step < STEPS or (step < 20 * STEPS and (step % 50 or _walks(monitor) < MIN_WALKS)):
+    while step < STEPS or (step < 20 * STEPS and (step % 50 or _walks(monitor) < MIN_WALKS
+                                                   or (told is not None and not told))):
         yield step
         step += 1
 
@@ -55,7 +61,7 @@ class Record:
 def loop_local(logdir, seen):
     history = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         history.append(Record(step))
         _pause()
         monitor.sample(step)
@@ -68,7 +74,7 @@ KEPT_GLOBAL: list = []
 
 def loop_global(logdir, seen):
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         KEPT_GLOBAL.append(Record(step))
         _pause()
         monitor.sample(step)
@@ -86,7 +92,7 @@ def loop_closure(logdir, seen):
 
     log_step = make_logger()
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         log_step(Record(step))
         _pause()
         monitor.sample(step)
@@ -97,7 +103,7 @@ def loop_closure(logdir, seen):
 def loop_dict_by_step(logdir, seen):
     outputs = {}
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         outputs[step] = [float(step)] * 256  # a step's outputs, kept
         _pause()
         monitor.sample(step)
@@ -108,7 +114,7 @@ def loop_dict_by_step(logdir, seen):
 def loop_bytearrays(logdir, seen):
     buffers = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         buffers.append(bytearray(4096))
         _pause()
         monitor.sample(step)
@@ -119,7 +125,7 @@ def loop_bytearrays(logdir, seen):
 def loop_arrays_in_tuples(logdir, seen):
     batches = []
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         batches.append((np.full(512, step, dtype=np.float32), step))
         _pause()
         monitor.sample(step)
@@ -146,9 +152,9 @@ class Model:
         self.activations = Tracked()
 
 
-def _train(monitor):
+def _train(monitor, seen):
     model = Model()
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         list.append(model.activations, Record(step))  # kept by the model, every step
         _pause()
         monitor.sample(step)
@@ -159,7 +165,7 @@ def loop_model_returned(logdir, seen):
     # before close(): the leak is gone at the last walk, and only a trace
     # taken while the loop ran can name its holder.
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    _train(monitor)
+    _train(monitor, seen)
     monitor.close()
     return monitor
 
@@ -177,7 +183,7 @@ def _memoized(func):
 def loop_memo_closure(logdir, seen):
     load = _memoized(lambda key: np.full(4096, key, dtype=np.float32))  # 16 KiB a step
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor):
+    for step in _steps(monitor, seen):
         load(step)  # a new key every step: the cache never hits
         _pause()
         monitor.sample(step)
