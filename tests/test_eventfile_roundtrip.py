@@ -168,3 +168,26 @@ def test_failed_write_loses_nothing_and_leaves_no_torn_record(tmp_path, monkeypa
     run = loading.load_run("run", str(tmp_path / "run"))
     assert list(run.series[RSS.tag].steps) == [0, 1, 2]
     assert run.warnings == []
+
+
+@pytest.mark.parametrize("where", ["payload", "length_crc", "length"])
+def test_damage_inside_a_run_of_same_length_records_is_found_at_its_record(tmp_path, where):
+    """Records of one length are framed as a strided run; damage to one of
+    them still ends the file at that record, with the same warning and byte
+    as the record-by-record reading gives."""
+    (path,) = _write(str(tmp_path / "run"), range(100, 1100))
+    with open(path, "rb") as handle:
+        data = bytearray(handle.read())
+    offsets, pos = [], 0
+    while pos < len(data):  # the frames, read plainly
+        offsets.append(pos)
+        pos += 16 + int.from_bytes(data[pos:pos + 8], "little")
+    damaged = offsets[600]
+    byte = {"payload": damaged + 12 + 3, "length_crc": damaged + 9, "length": damaged + 1}[where]
+    data[byte] ^= 0x40
+    with open(path, "wb") as handle:
+        handle.write(bytes(data))
+    run = loading.load_run("run", str(tmp_path / "run"))
+    steps = run.series[RSS.tag].steps
+    assert steps[-1] == 100 + 600 - 1 - (len(offsets) - 1000) and steps.size == steps[-1] - 99
+    assert any(f"at byte {damaged}" in warning for warning in run.warnings), run.warnings

@@ -124,9 +124,16 @@ def decode_chunk(buffer: bytes, offsets: np.ndarray, lengths: np.ndarray, min_gr
             leftover.append(members)
             continue
         size = int(length)
-        # One copy of the group's bytes (not an index array 8x its size).
-        rows = np.frombuffer(b"".join([buffer[o:o + size] for o in offsets[members].tolist()]),
-                             dtype=np.uint8).reshape(len(members), size)
+        starts = offsets[members]
+        gaps = np.diff(starts)
+        if gaps.size and gaps[0] >= size and (gaps == gaps[0]).all():
+            # Evenly spaced records (a run of one length): a strided view, no copy.
+            rows = np.ndarray((len(members), size), dtype=np.uint8, buffer=buffer, offset=int(starts[0]),
+                              strides=(int(gaps[0]), 1))
+        else:
+            # One copy of the group's bytes (not an index array 8x its size).
+            rows = np.frombuffer(b"".join([buffer[o:o + size] for o in starts.tolist()]),
+                                 dtype=np.uint8).reshape(len(members), size)
         # XOR against the first record, masked to the fixed bytes: any
         # difference there means another layout.
         reference = np.zeros(size, dtype=np.uint8)

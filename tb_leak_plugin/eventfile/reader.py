@@ -39,7 +39,7 @@ from tensorboard.compat.tensorflow_stub.io import gfile
 
 from tb_leak_plugin import metadata
 from tb_leak_plugin.eventfile import fast_decode as fast_events, remote as remote_io
-from tb_leak_plugin.eventfile.records import FOOTER as _FOOTER, HAVE_FAST_CRC, HEADER as _HEADER, masked_crc
+from tb_leak_plugin.eventfile.records import FOOTER as _FOOTER, HAVE_FAST_CRC, HEADER as _HEADER, crc32c, masked_crc
 from tb_leak_plugin.analysis.series import RunData, Series
 
 EVENT_FILE_PATTERN = re.compile(r"tfevents")
@@ -315,6 +315,9 @@ def iter_record_chunks(path: str, warnings: list[str]):
     eof = False
     header_size, footer_size = _HEADER.size, _FOOTER.size
     unpack_header, unpack_footer = _HEADER.unpack_from, _FOOTER.unpack_from
+    # A length's CRC depends on its 8 bytes only, and a file's records come
+    # in few lengths: each is checked once (the loop runs once a record).
+    length_crcs: dict = {}
     with handle:
         while True:
             offsets: list[int] = []
@@ -323,7 +326,10 @@ def iter_record_chunks(path: str, warnings: list[str]):
             size = len(buffer)
             while size - pos >= header_size:
                 length, length_crc = unpack_header(buffer, pos)
-                if masked_crc(buffer[pos:pos + 8]) != length_crc:
+                expected = length_crcs.get(length)
+                if expected is None:
+                    expected = length_crcs[length] = masked_crc(buffer[pos:pos + 8])
+                if expected != length_crc:
                     warnings.append(
                         f"{path}: corrupt record header at byte {base + pos}; "
                         "kept the records before it, skipped the rest of this file"
@@ -338,6 +344,12 @@ def iter_record_chunks(path: str, warnings: list[str]):
                 end = pos + header_size + length + footer_size
                 if end > size:
                     break
+                same = _same_length_run(buffer, pos, length, expected, size)
+                if same:
+                    offsets.extend(same)
+                    lengths.extend([length] * len(same))
+                    pos += len(same) * (end - pos)
+                    continue
                 start = pos + header_size
                 if HAVE_FAST_CRC and masked_crc(buffer[start:start + length]) != unpack_footer(buffer, end - footer_size)[0]:
                     warnings.append(
@@ -364,6 +376,39 @@ def iter_record_chunks(path: str, warnings: list[str]):
             buffer, base, pos, eof = _refill(handle, buffer, base, pos, path, warnings, need=need)
             if buffer is None:
                 return
+
+
+# Records framed at once when a file holds a run of records of one length
+# (the writer's records mostly are: the same series, step after step).
+_SAME_LENGTH_MIN = 16
+
+
+def _same_length_run(buffer: bytes, pos: int, length: int, length_crc: int, size: int) -> list:
+    """Payload offsets of the records from ``pos`` on that have ``length`` and
+    valid CRCs, read as one strided run (numpy for the headers, a CRC call
+    per payload); [] when too few records of that length follow. Stops
+    before the first record that differs or is damaged: the record-by-record
+    loop then reads or reports it."""
+    stride = _HEADER.size + length + _FOOTER.size
+    count = (size - pos) // stride
+    if count < _SAME_LENGTH_MIN:
+        return []
+    heads = np.ndarray((count,), dtype="<u8", buffer=buffer, offset=pos, strides=(stride,))
+    good = (heads == length) & (np.ndarray((count,), dtype="<u4", buffer=buffer, offset=pos + 8,
+                                           strides=(stride,)) == length_crc)
+    count = count if good.all() else int(np.argmin(good))
+    if count < _SAME_LENGTH_MIN:
+        return []
+    starts = (pos + _HEADER.size + stride * np.arange(count, dtype=np.int64)).tolist()
+    if HAVE_FAST_CRC:
+        footers = np.ndarray((count,), dtype="<u4", buffer=buffer, offset=pos + _HEADER.size + length,
+                             strides=(stride,))
+        crcs = np.fromiter((crc32c(buffer[start:start + length]) for start in starts), np.uint32, count)
+        masked = ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(0xA282EAD8)
+        damaged = masked != footers
+        if damaged.any():
+            return starts[:int(np.argmax(damaged))]
+    return starts
 
 
 def iter_records(path: str, warnings: list[str]):

@@ -23,6 +23,7 @@ try:  # A C implementation; the pure-Python fallback is slow, so readers only ch
         return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
     HAVE_FAST_CRC = True
+    crc32c = _crc.value  # unmasked CRC-32C of a bytes object
 except ImportError:  # pragma: no cover - exercised only without the wheel
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as _masked
 
@@ -31,6 +32,7 @@ except ImportError:  # pragma: no cover - exercised only without the wheel
         return _masked(data)
 
     HAVE_FAST_CRC = False
+    crc32c = None
 
 HEADER = struct.Struct("<QI")   # payload length, masked CRC of the length bytes
 FOOTER = struct.Struct("<I")    # masked CRC of the payload
