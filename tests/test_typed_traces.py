@@ -197,3 +197,32 @@ def test_the_report_lists_library_leaks_in_every_format(tmp_path, capsys):
     assert "library leak: tf.function's trace cache" in text and "workaround:" in text
     cli.main(["analyze", str(tmp_path), "--format", "markdown"])
     assert "**library leak**" in capsys.readouterr().out
+
+
+def test_a_library_leak_found_by_a_probe_names_the_registry_that_holds_it():
+    """The custom-gradient probe counts entries of TensorFlow's gradient
+    registry: the culprit it makes is told that registry as its holder (no
+    trace needed), and a traced holder is never replaced."""
+    culprit = _culprit("runtime", "TensorFlow's custom-gradient registry", "custom_gradients")
+    (entry,) = library_leaks.label([culprit])
+    assert entry.key == "gradient_registry"
+    (held,) = culprit.details["held_by"]
+    assert held["source"] == "probe"
+    assert held["path"] == ["global `tensorflow.python.framework.ops._gradient_registry`", "Registry._registry",
+                            "dict['CustomGradient-*']"]
+    traced = _culprit("runtime", "TensorFlow's custom-gradient registry", "custom_gradients",
+                      [["train() local `step_fn` (t.py:3)"]])
+    library_leaks.label([traced])
+    assert traced.details["held_by"] == [{"path": ["train() local `step_fn` (t.py:3)"]}]
+    # The path is where this TensorFlow keeps them.
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.python.framework import ops
+
+    assert type(ops._gradient_registry).__name__ == "Registry" and isinstance(ops._gradient_registry._registry, dict)
+
+    @tf.custom_gradient
+    def square(x):
+        return x * x, lambda dy: 2 * x * dy
+
+    tf.function(square).get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert any(str(name).startswith("CustomGradient-") for name in ops._gradient_registry._registry)

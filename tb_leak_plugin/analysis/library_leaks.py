@@ -11,13 +11,16 @@ Each entry of :data:`CATALOGUE` says what the library keeps, in which
 versions it is known, the public reports, and the workaround. A culprit is
 matched by the hint its kind and name already gave it (`analysis.hints`),
 by its name, or by a hop of its leak trace (a path through the library's
-registry). Pure lookups.
+registry). A culprit a probe found growing inside a library registry is
+told where (``holder``), as a leak trace would. Pure lookups.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+
+from tb_leak_plugin.metadata import hop_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,9 @@ class LibraryLeak:
     hints: frozenset = frozenset()
     names: str | None = None   # regex on the culprit's name
     hops: str | None = None    # regex on any hop of the culprit's leak traces
+    #: Where the library keeps what grows, as typed hops, when a probe reads
+    #: it there (the culprit then needs no trace to name its holder).
+    holder: tuple = ()
 
     def to_dict(self) -> dict:
         return {"key": self.key, "title": self.title, "library": self.library, "versions": self.versions,
@@ -102,6 +108,9 @@ CATALOGUE = (
         issues=("https://github.com/tensorflow/tensorflow/issues/61791",
                 "https://github.com/keras-team/keras/issues/17458"),
         hints=frozenset({"custom_gradients"}),
+        holder=({"kind": "global", "name": "tensorflow.python.framework.ops._gradient_registry"},
+                {"kind": "attribute", "owner": "Registry", "name": "_registry"},
+                {"kind": "key", "name": "CustomGradient-*", "key_type": "str"}),
     ),
     LibraryLeak(
         key="v1_default_graph",
@@ -155,6 +164,11 @@ def label(culprits) -> list:
         if not isinstance(culprit.details, dict):
             culprit.details = {}
         culprit.details["library_leak"] = entry.key
+        if entry.holder and not culprit.details.get("held_by"):
+            # The probe that found the growth read it there: the holder is measured, not traced.
+            hops = [dict(hop) for hop in entry.holder]
+            culprit.details["held_by"] = [{"path": [hop_text(hop) for hop in hops], "hops": hops,
+                                           "sampled": 0, "instances": None, "source": "probe"}]
         seen.setdefault(entry.key, entry)
     return list(seen.values())
 
