@@ -19,11 +19,13 @@ frequency table built on a reference corpus. The lookup
 Here: 32 tickets of ~20 tokens a batch, about one never-seen token per
 ticket, 512 hashed TF-IDF features, a 512-64-2 MLP, 100 batches an epoch.
 
-Checked without tb-leak (psutil RSS, gc objects, fresh process, TF 2.21 /
-Keras 3.15 / Python 3.11): leaky +8.2 MiB RSS from 20 % of the run to the
-end (~3.5 KiB per batch; ``str`` and ``int`` entries, which the garbage
-collector does not track, so gc objects stay flat), fixed +0.3 MiB;
-~5-6 ms a batch.
+Checked without tb-leak (psutil RSS, gc objects, tracemalloc, fresh
+process, TF 2.21 / Keras 3.15 / Python 3.11): leaky +8.9 MiB RSS from 20 %
+of the run to the end (~3.8 KiB per batch, in steps as the dict resizes;
+tracemalloc +3.4 KiB a batch; the ``str`` keys and ``int`` values are not
+gc-tracked, so gc objects stay flat), fixed +1.2 MiB RSS, most of it in the
+last 40 % (tracemalloc flat: allocator drift of the Keras loop);
+~10-14 ms a batch.
 """
 import collections
 import math
