@@ -242,7 +242,8 @@ def main(case: str, logdir: str) -> None:
     monitor = globals()[case](logdir, seen)
     report = monitor.report
     print(json.dumps({"verdict": report.verdict if report else None, "told": len(seen),
-                      "warned": any("memory leak in run" in m for m in handler.messages)}))
+                      "warned": any("memory leak in run" in m for m in handler.messages),
+                      "warnings": [m[:2000] for m in handler.messages if "memory leak in run" in m][:8]}))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ def _all_paths(report) -> list[str]:
     return out
 
 
+# Loops whose leak is released before close() (tests/leak_loops.py).
+RELEASED_BEFORE_CLOSE = {"loop_model_returned"}
+
+
 def _saved_report(logdir):
     result = analyze_logdir(str(logdir), with_traces=False)
     [run] = result.runs
@@ -72,6 +76,14 @@ def test_trace_names_the_holder(tmp_path, case, holder):
     assert online["told"] >= 1 and online["warned"], online
     # From the saved logdir, as the CLI and the tab read it.
     report = _saved_report(tmp_path)
+    if case in RELEASED_BEFORE_CLOSE:
+        # The leak is let go before close(): the saved series end in that
+        # release, which a loaded run's last walks may leave undecided. What
+        # only this run can show is the holder, named while the loop ran.
+        assert any(holder in warning for warning in online["warnings"]), online
+        assert report.verdict != "no_leak", report.reason
+        if report.verdict != "leak":
+            return
     assert report.verdict == "leak", report.reason
     paths = _all_paths(report)
     assert any(holder in path for path in paths), paths
