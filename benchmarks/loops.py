@@ -703,7 +703,7 @@ def _keras_fit_run(step_ms, kib, maxlen):
 
 EAGER = ("EagerTensor", "eager")
 NUMPY = ("ndarray", "numpy")
-RETRACING = ("retrac", "traces")
+RETRACING = ("retrac", "traces", "ConcreteFunction")  # a retraced function's concrete functions, held by its cache, name it too
 CLOSURE = ("function", "cell", "closure")
 
 # (leak pattern, clean twin, framework, step_ms, steps, kib, expected culprits of the leak)
