@@ -152,13 +152,7 @@ class ReportCache:
             if listing is not None and now - listing.at < self._revalidate_secs:
                 return listing
         if self._read_files:
-            listing = self._local_listing()
-            with state.lock:
-                state.listing = listing
-                for run in list(state.entries):
-                    if run not in listing.series:
-                        del state.entries[run]
-            return listing
+            return _store(state, self._local_listing())
         if self._provider is None:
             raise errors.NotFoundError("TensorBoard has no data provider")
         known = frozenset(r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment))
@@ -182,14 +176,8 @@ class ReportCache:
                 tuple(sorted((tag, meta.max_step, meta.max_wall_time) for tag, meta in tags.items())),
                 stamp,
             )
-        listing = Listing(at=self._clock(), known_runs=known, series=series, run_dirs=run_dirs,
-                          fingerprints=fingerprints)
-        with state.lock:
-            state.listing = listing
-            for run in list(state.entries):
-                if run not in series:
-                    del state.entries[run]
-        return listing
+        return _store(state, Listing(at=self._clock(), known_runs=known, series=series, run_dirs=run_dirs,
+                                     fingerprints=fingerprints))
 
     def _local_listing(self) -> Listing:
         """The runs of the local logdir that hold tb-leak series, found as the
@@ -394,6 +382,16 @@ class ReportCache:
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("tb-leak: %s", message)
+
+
+def _store(state: _Experiment, listing: Listing) -> Listing:
+    """Make ``listing`` the experiment's, dropping entries of runs it no longer lists."""
+    with state.lock:
+        state.listing = listing
+        for run in list(state.entries):
+            if run not in listing.series:
+                del state.entries[run]
+    return listing
 
 
 def latest_attempt(steps: np.ndarray) -> np.ndarray:
