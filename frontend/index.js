@@ -241,6 +241,7 @@ async function showRun(run) {
     views.libraryLeaksView(report.library_leaks),
     views.hintsView(report.hints),
     culpritSection,
+    views.tracedEarlierView(report.traced_earlier),
     ...sections,
     objects.element,
     ops.element,

@@ -227,6 +227,21 @@ export function culpritsView(culprits) {
   return table("culprits-table", ["kind", "what", "growth", "confidence", "evidence"], rows, [2, 3]);
 }
 
+/** Leaks the watch traced while the run trained that its end does not show (let go, or stopped growing). */
+export function tracedEarlierView(entries) {
+  if (!Array.isArray(entries) || !entries.length) return null;
+  return h("section", { className: "hints", testid: "traced-earlier" },
+    entries.slice(0, 5).map((entry) => {
+      const culprit = { kind: entry.kind, name: entry.name, details: { held_by: entry.held_by } };
+      return h("article", { className: "card hint", testid: "traced-earlier-entry" },
+        h("h3", { text: `Traced while it trained: ${KIND_LABELS[entry.kind] || entry.kind} ${entry.name}` }),
+        h("p", { className: "muted small",
+          text: `At step ${formatStep(entry.step)}${Number.isFinite(entry.live) ? `, ${formatCount(entry.live)} live` : ""}; ` +
+            "not growing at the end of the data (let go, or stopped growing)." }),
+        heldByView(culprit));
+    }));
+}
+
 function table(testid, headers, rows, numericColumns = []) {
   return h("div", { className: "table-wrap" },
     h("table", { className: "table", testid },

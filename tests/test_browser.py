@@ -77,7 +77,7 @@ def check_monitor_runs_visible(board):
 
 
 def test_every_point_is_kept(tensorboard):
-    """fix_flags' samples_per_plugin default reaches both data paths: > 10 points."""
+    """The tab serves every point written (it reads the local files), under either load mode."""
     check_monitor_runs_visible(tensorboard)
     from tb_leak_plugin.eventfile import reader
 

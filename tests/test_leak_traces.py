@@ -79,10 +79,14 @@ def test_trace_names_the_holder(tmp_path, case, holder):
     if case in RELEASED_BEFORE_CLOSE:
         # The leak is let go before close(): the saved series end in that
         # release, which a loaded run's last walks may leave undecided. What
-        # only this run can show is the holder, named while the loop ran.
+        # only this run can show is the holder, named while the loop ran, in
+        # the warning and in the saved report (its traces were written).
         assert any(holder in warning for warning in online["warnings"]), online
         assert report.verdict != "no_leak", report.reason
         if report.verdict != "leak":
+            earlier = [" → ".join(e["path"]) for t in report.traced_earlier for e in t["held_by"]]
+            assert any(holder in path for path in earlier), (report.traced_earlier, report.reason)
+            assert holder in report.reason, report.reason
             return
     assert report.verdict == "leak", report.reason
     paths = _all_paths(report)

@@ -145,16 +145,21 @@ def test_fix_flags_bounds_the_points_tensorboard_keeps():
     from tensorboard import program
     from tensorboard.plugins.core import core_plugin
 
-    def configure(*args):
+    def configure(*args, logdir=("--logdir", "/nonexistent")):
         board = program.TensorBoard(plugins=[core_plugin.CorePluginLoader, plugin_lib.LeakPluginLoader])
-        board.configure(argv=["tensorboard", "--logdir", "/nonexistent", *args])
+        board.configure(argv=["tensorboard", *logdir, *args])
         return board.flags.samples_per_plugin
 
-    assert 0 < plugin_lib.DEFAULT_SAMPLES_PER_TAG <= 20_000
-    assert configure() == {"leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+    # A local logdir: the tab reads its files, TensorBoard keeps one point a series.
+    assert plugin_lib.LOCAL_SAMPLES_PER_TAG == 1
+    assert configure() == {"leak": plugin_lib.LOCAL_SAMPLES_PER_TAG}
     assert configure("--samples_per_plugin=leak=0") == {"leak": 0}  # the user's "all" wins
     assert configure("--samples_per_plugin=leak=50,images=3") == {"leak": 50, "images": 3}
-    assert configure("--samples_per_plugin=images=3") == {"images": 3, "leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+    assert configure("--samples_per_plugin=images=3") == {"images": 3, "leak": plugin_lib.LOCAL_SAMPLES_PER_TAG}
+    # Where the tab reads TensorBoard's copy: a bounded, even sample.
+    assert 0 < plugin_lib.DEFAULT_SAMPLES_PER_TAG <= 20_000
+    assert configure(logdir=("--logdir", "s3://bucket/runs")) == {"leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+    assert configure(logdir=("--logdir_spec", "a:/nonexistent")) == {"leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
 
 
 LONG_POINTS = 15_000

@@ -137,3 +137,38 @@ def test_a_truncated_or_corrupt_file_keeps_what_was_read(logdir):
     cli = {run["run"]: run for run in analyze.analyze_logdir(logdir).to_dict()["runs"]}["leaky"]
     assert report["series"] == cli["series"] and 0 < report["samples"] < 400
     assert any("corrupt record" in warning for warning in report["warnings"]), report["warnings"]
+
+
+def test_the_tab_answers_with_short_thread_switches_and_puts_the_interval_back(logdir):
+    """Next to TensorBoard's Python loader every GIL take-back of the reader
+    waits a switch interval: the tab's routes run at
+    READING_SWITCH_INTERVAL_S, and the interval found is restored after them,
+    also when several routes overlap or one fails."""
+    from tb_leak_plugin.plugin import cache
+
+    seen = []
+
+    def builder(run_data, with_traces=False):
+        seen.append(sys.getswitchinterval())
+        return analyze.report_for_run(run_data, with_traces=with_traces)
+
+    before = sys.getswitchinterval()
+    client, _ = _client(logdir, _unloaded_provider(logdir), report_builder=builder)
+    _get_json(client, "/runs")
+    assert seen and all(abs(s - cache.READING_SWITCH_INTERVAL_S) < 1e-9 for s in seen), seen
+    assert sys.getswitchinterval() == before
+    assert client.get(PREFIX + "/report", query_string={"run": "../nope"}).status_code == 404
+    assert sys.getswitchinterval() == before
+    # Overlapping readers: the first to leave does not restore it under the second.
+    with cache.short_switches:
+        with cache.short_switches:
+            pass
+        assert abs(sys.getswitchinterval() - cache.READING_SWITCH_INTERVAL_S) < 1e-9
+    assert sys.getswitchinterval() == before
+    # An interval someone set meanwhile is theirs: not overwritten.
+    try:
+        with cache.short_switches:
+            sys.setswitchinterval(0.002)
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        sys.setswitchinterval(before)

@@ -321,7 +321,7 @@ def test_plugin_entry_page_and_metadata(served):
     assert listing["leak"]["loading_mechanism"]["type"] == "IFRAME"
 
 
-def test_fix_flags_keeps_every_point_and_respects_the_user(leak_logdir):
+def test_fix_flags_bounds_tensorboards_copy_and_respects_the_user(leak_logdir):
     from tensorboard import context, program
     from tensorboard.backend.event_processing import data_ingester
     from tensorboard.plugins.core import core_plugin
@@ -332,12 +332,14 @@ def test_fix_flags_keeps_every_point_and_respects_the_user(leak_logdir):
         return board.flags
 
     flags = configure()
-    assert flags.samples_per_plugin == {"leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+    assert flags.samples_per_plugin == {"leak": plugin_lib.LOCAL_SAMPLES_PER_TAG}
     assert configure("--samples_per_plugin=leak=50").samples_per_plugin == {"leak": 50}
-    assert configure("--samples_per_plugin=images=3").samples_per_plugin == {"images": 3, "leak": plugin_lib.DEFAULT_SAMPLES_PER_TAG}
+    assert configure("--samples_per_plugin=images=3").samples_per_plugin == {"images": 3, "leak": plugin_lib.LOCAL_SAMPLES_PER_TAG}
 
-    # The Python multiplexer as `tensorboard --load_fast=false` builds it from these flags.
-    flags = configure("--reload_task=blocking", "--reload_interval=0")
+    # The Python multiplexer as `tensorboard --load_fast=false` builds it from
+    # the flags a remote logdir gets (the sample the tab then reads).
+    flags = configure("--reload_task=blocking", "--reload_interval=0",
+                      f"--samples_per_plugin=leak={plugin_lib.DEFAULT_SAMPLES_PER_TAG}")
     ingester = data_ingester.LocalDataIngester(flags)
     ingester.start()
     provider = ingester.data_provider

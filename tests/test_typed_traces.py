@@ -226,3 +226,39 @@ def test_a_library_leak_found_by_a_probe_names_the_registry_that_holds_it():
 
     tf.function(square).get_concrete_function(tf.TensorSpec([], tf.float32))
     assert any(str(name).startswith("CustomGradient-") for name in ops._gradient_registry._registry)
+
+
+def test_a_leak_let_go_before_the_end_keeps_its_trace_in_the_report(tmp_path, capsys):
+    """The watch traced a leak while the run trained, then the program let it
+    go: the saved report no longer has the culprit, and still says who held
+    it and when, in every format, without changing the verdict."""
+    import numpy as np
+
+    from tb_leak_plugin.analysis.report import build_run_report
+    from tb_leak_plugin.analysis.series import RunData, Series
+    from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
+
+    rng = np.random.default_rng(3)
+    steps = np.arange(0, 1200, 4)
+    rss = 400e6 + np.where(steps < 600, steps * 64e3, 0.0) + rng.normal(0, 20e3, steps.size)
+    info = SeriesInfo("process", "rss_bytes", "bytes")
+    run = RunData(name="released", path=None)
+    run.series[info.tag] = Series.from_points(info.tag, info, steps, steps * 0.05, rss)
+    trace = {"format": HELD_BY_FORMAT, "culprit": {"kind": "object_type", "name": "numpy.ndarray"},
+             "step": 400, "live": 101, "held_by": [
+                 {"path": ["train() local `snapshots` (t.py:9)", "list[*]"], "instances": 100}]}
+    held = SeriesInfo(HELD_BY_GROUP, "t0", "instances", "object_type:numpy.ndarray", detail=json.dumps(trace))
+    run.series[held.tag] = Series.from_points(held.tag, held, [400], [20.0], [100.0])
+    without = build_run_report(RunData(name="released", path=None, series={info.tag: run.series[info.tag]}))
+    report = build_run_report(run)
+    assert report.verdict == without.verdict != "leak"
+    assert not any(c.name == "numpy.ndarray" for c in report.culprits)
+    (entry,) = report.traced_earlier
+    assert entry["name"] == "numpy.ndarray" and entry["step"] == 400 and entry["live"] == 101
+    assert entry["held_by"][0]["path"][0] == "train() local `snapshots` (t.py:9)"
+    assert "train() local `snapshots`" in report.reason and "step 400" in report.reason
+    assert report.to_dict()["traced_earlier"][0]["name"] == "numpy.ndarray"
+    from tb_leak_plugin.reporting import cli
+
+    text = cli.format_text({"logdir": "x", "warnings": [], "runs": [report.to_dict()], "jobs": []})
+    assert "traced while it trained (step 400" in text and "held by: train() local `snapshots`" in text

@@ -209,15 +209,19 @@ def held_by_entries(trace: dict) -> list[dict]:
     return out
 
 
-def attach(culprits: list, traces: dict[str, dict]) -> None:
-    """Give each traced culprit its ``held_by`` and ``trace`` details."""
+def attach(culprits: list, traces: dict[str, dict]) -> set:
+    """Give each traced culprit its ``held_by`` and ``trace`` details; returns
+    the keys of the traces given."""
+    given = set()
     for culprit in culprits:
-        trace = traces.get(f"{culprit.kind}:{culprit.name}")
+        key = f"{culprit.kind}:{culprit.name}"
+        trace = traces.get(key)
         if trace is None:
             continue
         entries = held_by_entries(trace)
         if not entries:
             continue
+        given.add(key)
         culprit.details = dict(culprit.details or {})
         culprit.details["held_by"] = entries
         if trace.get("containers"):
@@ -226,6 +230,28 @@ def attach(culprits: list, traces: dict[str, dict]) -> None:
             key: trace.get(key) for key in ("step", "live", "new", "new_since_step", "traced", "found", "seconds",
                                             "complete")
         }
+    return given
+
+
+def traced_earlier(traces: dict[str, dict], given: set) -> list[dict]:
+    """The traces of culprits the leak watch told while the run trained that
+    the run's end does not show (a leak let go before the end, or one that
+    stopped growing): what they were, when, and who held them, newest first.
+    They explain; they never change a verdict."""
+    out = []
+    for key, trace in traces.items():
+        if key in given:
+            continue
+        entries = held_by_entries(trace)
+        culprit = trace.get("culprit") if isinstance(trace.get("culprit"), dict) else {}
+        if not entries or not isinstance(culprit.get("name"), str):
+            continue
+        out.append({"kind": _text(culprit.get("kind", "")), "name": _text(culprit["name"]),
+                    "step": trace.get("step") if isinstance(trace.get("step"), int) else None,
+                    "live": trace.get("live") if isinstance(trace.get("live"), int) else None,
+                    "held_by": entries})
+    out.sort(key=lambda entry: -(entry["step"] or 0))
+    return out[:MAX_PATHS]
 
 
 _CONTAINER_NAMES = frozenset(("list", "tuple", "set", "frozenset", "deque", "OrderedDict", "defaultdict", "dict"))

@@ -294,7 +294,9 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         # A growing container names where a leak accumulates; alone (a list
         # of floats kept per step) it is not a leak of memory.
         culprits = sorted(culprits + containers, key=_culprit_rank)
-    holders.attach(culprits, traces)
+    earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
+    if earlier and verdict != "leak":
+        reason += " " + _told_earlier(earlier[0])
     holders.adopt_containers(culprits)
     culprits = holders.merge_by_holder(culprits)
     # Within one level of confidence, a culprit whose holder was traced comes
@@ -322,7 +324,15 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         library_leaks=[{**entry.to_dict(), "culprits": [c.name for c in culprits
                                                          if c.details.get("library_leak") == entry.key]}
                        for entry in known],
+        traced_earlier=earlier,
     )
+
+
+def _told_earlier(entry: dict) -> str:
+    """What a run that does not leak at its end had leaked while it trained."""
+    path = " → ".join(entry["held_by"][0]["path"])
+    return (f"While it trained, the leak watch traced a leak of {entry['name']} at step {entry['step']}, "
+            f"held by {path}; it is not growing at the end of the data.")
 
 
 def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:

@@ -113,6 +113,9 @@ class RunReport:
     task: dict | None = None  # the distributed job's task that wrote the run (analysis.jobs)
     #: Known leaks of TensorFlow/Keras among the culprits (analysis.library_leaks), as dicts.
     library_leaks: list = dataclasses.field(default_factory=list)
+    #: Leaks the watch traced while the run trained that its end does not show
+    #: (analysis.holders.traced_earlier): kind, name, step, live, held_by.
+    traced_earlier: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -131,6 +134,7 @@ class RunReport:
             "traces": self.traces,
             "task": self.task,
             "library_leaks": list(self.library_leaks),
+            "traced_earlier": list(self.traced_earlier),
         }
 
 

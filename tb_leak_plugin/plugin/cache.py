@@ -42,6 +42,7 @@ import collections
 import dataclasses
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -64,6 +65,15 @@ MAX_EXPERIMENTS = 8
 # PluginData.plugin_name "leak" (field 1) followed by its content (field 2).
 # A Summary.Value whose tag is "leak" is followed by another field, so a
 # user's own "leak" scalar does not match.
+# Python's thread switch interval while the tab answers. The reader and the
+# analysis are numpy calls that let go of the GIL and must take it back;
+# with TensorBoard's Python loader reading events in another thread (itself
+# taking and dropping the GIL per record), each take-back waits for the
+# switch interval (5 ms by default). Building the report of one 224 MB run
+# took 1.2 s alone and 23-27 s next to that loader; 3-4 s at 10 us (1e-4:
+# still 23 s). Only TensorBoard's process is affected, and only while one of
+# the tab's routes runs (benchmarks/bench_long_runs.py).
+READING_SWITCH_INTERVAL_S = 1e-5
 _OUR_METADATA = b"\x0a\x04" + metadata.PLUGIN_NAME.encode() + b"\x12"
 _SCAN_CHUNK_BYTES = 8 << 20
 
@@ -73,7 +83,6 @@ class RunEntry:
     """One run's data and report, valid while its fingerprint holds."""
 
     fingerprint: tuple
-    run_data: object
     report: dict
     points: dict  # tag -> Points
     series_reports: dict  # tag -> series dict of the report
@@ -152,7 +161,8 @@ class ReportCache:
             if listing is not None and now - listing.at < self._revalidate_secs:
                 return listing
         if self._read_files:
-            return _store(state, self._local_listing())
+            with short_switches:
+                return _store(state, self._local_listing())
         if self._provider is None:
             raise errors.NotFoundError("TensorBoard has no data provider")
         known = frozenset(r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment))
@@ -316,7 +326,8 @@ class ReportCache:
                 entry = state.entries.get(run)
                 if entry is not None and entry.fingerprint == fingerprint:
                     return entry
-            entry = self._build_entry(ctx, experiment, run, listing)
+            with short_switches:
+                entry = self._build_entry(ctx, experiment, run, listing)
             with state.lock:
                 if run in (state.listing.series if state.listing else {}):
                     state.entries[run] = entry
@@ -328,8 +339,7 @@ class ReportCache:
             run_data.path = listing.run_dirs.get(run)  # None: its traces are not read
             points = {}
             for tag, series in run_data.series.items():
-                finite = np.isfinite(series.values)
-                points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
+                points[tag] = _finite_points(series)
             return self._finish_entry(run_data, points, listing.fingerprints[run])
         from tensorboard.data import provider as provider_lib
 
@@ -360,11 +370,7 @@ class ReportCache:
                 steps, wall_times, values = steps[keep], wall_times[keep], values[keep]
             series = self._Series.from_points(tag, info, steps, wall_times, values)
             run_data.series[tag] = series
-            finite = np.isfinite(series.values)
-            if finite.all():
-                points[tag] = Points(series.steps, series.wall_times, series.values)
-            else:
-                points[tag] = Points(series.steps[finite], series.wall_times[finite], series.values[finite])
+            points[tag] = _finite_points(series)
         return self._finish_entry(run_data, points, listing.fingerprints[run])
 
     def _finish_entry(self, run_data, points: dict, fingerprint: tuple) -> RunEntry:
@@ -372,7 +378,6 @@ class ReportCache:
         report = relative_paths(report, run_data.path, self._logdir_root or self._remote_logdir)
         return RunEntry(
             fingerprint=fingerprint,
-            run_data=run_data,
             report=report,
             points=points,
             series_reports={s["tag"]: s for s in report["series"]},
@@ -382,6 +387,48 @@ class ReportCache:
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("tb-leak: %s", message)
+
+
+class _ShortSwitches:
+    """While any thread of the tab reads, Python switches threads every
+    ``READING_SWITCH_INTERVAL_S``; the interval found is restored when the
+    last one is done (unless someone else changed it meanwhile)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._readers = 0
+        self._saved = self._set = None
+
+    def __enter__(self):
+        with self._lock:
+            if self._readers == 0:
+                self._saved = sys.getswitchinterval()
+                if self._saved > READING_SWITCH_INTERVAL_S:
+                    sys.setswitchinterval(READING_SWITCH_INTERVAL_S)
+                self._set = sys.getswitchinterval()  # as Python stores it
+            self._readers += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._readers -= 1
+            if self._readers == 0 and self._saved is not None:
+                if sys.getswitchinterval() == self._set:
+                    sys.setswitchinterval(self._saved)
+                self._saved = None
+        return False
+
+
+short_switches = _ShortSwitches()
+
+
+def _finite_points(series) -> Points:
+    """The series' finite points, sharing its arrays when every point is finite
+    (an entry keeps these and the report, not the run's data)."""
+    finite = np.isfinite(series.values)
+    if finite.all():
+        return Points(series.steps, series.wall_times, series.values)
+    return Points(series.steps[finite], series.wall_times[finite], series.values[finite])
 
 
 def _store(state: _Experiment, listing: Listing) -> Listing:

@@ -26,6 +26,7 @@ the frontend's files from a fixed whitelist.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -38,11 +39,11 @@ from werkzeug import wrappers
 from tb_leak_plugin import metadata
 from tb_leak_plugin.analysis import compare as compare_lib
 from tb_leak_plugin.plugin import jobs_view, views
-from tb_leak_plugin.plugin.cache import REVALIDATE_SECS, ReportCache, RunEntry
+from tb_leak_plugin.plugin.cache import REVALIDATE_SECS, ReportCache, RunEntry, short_switches
 from tb_leak_plugin.plugin.views import SPARKLINE_POINTS
 
 __all__ = [
-    "DEFAULT_SAMPLES_PER_TAG", "LIMIT_TIMELINE_POINTS", "MAX_COMPARE_RUNS", "MAX_TIMELINE_POINTS",
+    "DEFAULT_SAMPLES_PER_TAG", "LIMIT_TIMELINE_POINTS", "LOCAL_SAMPLES_PER_TAG", "MAX_COMPARE_RUNS", "MAX_TIMELINE_POINTS",
     "MIN_TIMELINE_POINTS", "PLUGIN_NAME", "REVALIDATE_SECS", "SPARKLINE_POINTS", "STATIC_FILES",
     "LeakPlugin", "LeakPluginLoader", "frontend_directory",
 ]
@@ -65,6 +66,11 @@ PLUGIN_NAME = metadata.PLUGIN_NAME
 # analysis reduces a series to (its verdicts do not change:
 # tests/test_long_runs.py, benchmarks/bench_long_runs.py).
 DEFAULT_SAMPLES_PER_TAG = 10_000
+# ... and on a local --logdir, where the tab never reads TensorBoard's copy,
+# the one point a reservoir must keep (0 would mean every point). TensorBoard
+# still lists the run's tags and the tab; its copy of an old 520,000-point
+# run then costs it nothing (50-60 MB at 10,000: benchmarks/bench_long_runs.py).
+LOCAL_SAMPLES_PER_TAG = 1
 
 # Timeline points sent to the browser (after min/max-per-bucket downsampling).
 MAX_TIMELINE_POINTS = 2000
@@ -85,10 +91,13 @@ STATIC_FILES = {
 
 
 class LeakPluginLoader(base_plugin.TBLoader):
-    """Loads the Leak tab; keeps ``DEFAULT_SAMPLES_PER_TAG`` points a series by default."""
+    """Loads the Leak tab; bounds the points TensorBoard keeps of a leak series."""
 
     def fix_flags(self, flags):
-        """Give ``leak`` a default in ``--samples_per_plugin`` (a user's value wins)."""
+        """Give ``leak`` a default in ``--samples_per_plugin`` (a user's value wins):
+        ``LOCAL_SAMPLES_PER_TAG`` when the tab reads a local ``--logdir`` itself,
+        ``DEFAULT_SAMPLES_PER_TAG`` when it reads TensorBoard's copy (a remote
+        logdir, ``--logdir_spec``)."""
         samples = getattr(flags, "samples_per_plugin", None)
         if samples is None or samples == "":
             samples = {}
@@ -98,7 +107,7 @@ class LeakPluginLoader(base_plugin.TBLoader):
             return
         if PLUGIN_NAME not in samples:
             samples = dict(samples)
-            samples[PLUGIN_NAME] = DEFAULT_SAMPLES_PER_TAG
+            samples[PLUGIN_NAME] = LOCAL_SAMPLES_PER_TAG if _reads_files(flags) else DEFAULT_SAMPLES_PER_TAG
             flags.samples_per_plugin = samples
 
     def load(self, context):
@@ -111,6 +120,26 @@ class LeakPluginLoader(base_plugin.TBLoader):
         except Exception as error:  # never take TensorBoard down with the tab
             logger.warning("tb-leak: the Leak tab is disabled, it failed to load: %r", error)
             return None
+
+
+def _switching_often(app):
+    """A route that runs with short thread switches (see
+    ``cache.READING_SWITCH_INTERVAL_S``): next to TensorBoard's Python loader,
+    every step of the answer that lets go of the GIL would otherwise wait
+    up to 5 ms to get it back."""
+
+    @functools.wraps(app)
+    def wrapped(environ, start_response):
+        with short_switches:
+            return app(environ, start_response)
+
+    return wrapped
+
+
+def _reads_files(flags) -> bool:
+    """Whether the tab will read this TensorBoard's logdir itself (``LeakPlugin``'s rule)."""
+    logdir = getattr(flags, "logdir", None)
+    return isinstance(logdir, str) and bool(logdir) and "://" not in logdir
 
 
 def _parse_samples_per_plugin(text: str) -> dict:
@@ -179,7 +208,7 @@ class LeakPlugin(base_plugin.TBPlugin):
         }
         for name in STATIC_FILES:
             apps["/" + name] = self._serve_static
-        return apps
+        return {route: _switching_often(app) for route, app in apps.items()}
 
     def is_active(self):
         """True when any run has leak series (TensorBoard also checks data_plugin_names)."""

@@ -182,6 +182,11 @@ def format_text(report: dict) -> str:
                     if isinstance(culprit.get("details"), dict) else None
                 if known:
                     lines.append(f"        library leak: kept by {_library_title(run, known)} (see below)")
+        for entry in run.get("traced_earlier") or []:
+            lines.append(f"   traced while it trained (step {entry.get('step')}, not growing at the end): "
+                         f"[{entry.get('kind')}] {entry.get('name')}")
+            for held in (entry.get("held_by") or [])[:2]:
+                lines.append("     held by: " + " → ".join(map(str, held.get("path") or [])))
         for known in run.get("library_leaks") or []:
             lines.append(f"   library leak: {known['title']} ({known['versions']})")
             lines.append(f"     {known['what']}")
