@@ -186,6 +186,33 @@ def test_hostile_names_render_as_text(tensorboard, page):
     assert not page.errors, page.errors
 
 
+def test_a_leak_traced_while_it_trained_is_shown_with_its_holder(tensorboard, page):
+    """A run's report that names a leak the watch traced and the run let go
+    (``traced_earlier``, see test_typed_traces) shows its holder as hops, and
+    names from the data stay text."""
+    check_monitor_runs_visible(tensorboard)
+
+    def patch(route):
+        response = route.fetch()
+        body = response.json()
+        body["traced_earlier"] = [{"kind": "object_type", "name": "numpy.ndarray", "step": 120, "live": 300,
+                                   "held_by": [{"path": ["train() local `kept` (t.py:9)", cp.XSS],
+                                                "instances": 250, "of": 300}]}]
+        route.fulfill(response=response, json=body)
+
+    page.route(f"**/data/plugin/leak/report?run={cp.CLEAN}*", patch)
+    open_tab(page, tensorboard)
+    select_run(page, cp.CLEAN)
+    entry = page.locator("[data-testid=traced-earlier] [data-testid=traced-earlier-entry]")
+    assert entry.count() == 1
+    assert "numpy.ndarray" in entry.inner_text() and "step 120" in entry.inner_text()
+    hops = entry.locator("[data-testid=hop]").all_inner_texts()
+    assert hops == ["train() local `kept` (t.py:9)", cp.XSS, "ndarray"], hops
+    assert page.locator("img").count() == 0, "a name became markup"
+    assert page.evaluate("() => window.__xss") is None
+    assert not page.errors, page.errors
+
+
 def test_empty_and_error_states(tensorboard, page):
     page.route("**/data/plugin/leak/runs", lambda route: route.fulfill(
         status=200, content_type="application/json", body='{"runs": []}'))

@@ -262,3 +262,5 @@ def test_a_leak_let_go_before_the_end_keeps_its_trace_in_the_report(tmp_path, ca
 
     text = cli.format_text({"logdir": "x", "warnings": [], "runs": [report.to_dict()], "jobs": []})
     assert "traced while it trained (step 400" in text and "held by: train() local `snapshots`" in text
+    markdown = cli.format_markdown({"logdir": "x", "warnings": [], "runs": [report.to_dict()], "jobs": []})
+    assert "traced at step 400" in markdown and "snapshots" in markdown

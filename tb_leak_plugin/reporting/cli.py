@@ -243,6 +243,12 @@ def format_markdown(report: dict) -> str:
                      f"{run['confidence']:.0%} | {human_bytes(run['growth_bytes_per_step'], True)} | {_md_escape(top)} |")
     for run in report["runs"]:
         if run["verdict"] != "leak":
+            if run.get("traced_earlier"):  # a leak let go before the end: who held it
+                lines += ["", f"### {_md_escape(run['run'])}", "", _md_escape(run["reason"]), ""]
+                for entry in run["traced_earlier"]:
+                    held = " → ".join(map(str, (entry.get("held_by") or [{}])[0].get("path") or []))
+                    lines.append(f"- traced at step {entry.get('step')}: **{_md_escape(str(entry.get('kind')))}** "
+                                 f"{_md_escape(str(entry.get('name')))}, held by {_md_escape(held)}")
             continue
         lines += ["", f"### {_md_escape(run['run'])}", "", _md_escape(run["reason"]), ""]
         for culprit in run["culprits"][:5]:
