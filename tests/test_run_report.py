@@ -340,3 +340,33 @@ def test_a_flat_whole_does_not_vouch_for_a_part_shown_to_grow():
     assert by_tag[malloc.tag].verdict == "inconclusive"
     assert report.verdict == "inconclusive", report.reason
     assert report.reason.startswith("leak/process/malloc_bytes")
+
+
+def test_a_counter_of_what_was_made_does_not_make_a_leak_alone():
+    """Keras's automatic names count every layer named (a Hashing layer made
+    and dropped per step grows them while memory stays flat): alone they are
+    no leak; with memory growing they name the cause."""
+    import numpy as np
+
+    from tb_leak_plugin.analysis.report import build_run_report
+    from tb_leak_plugin.analysis.series import RunData, Series
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    rng = np.random.default_rng(5)
+    steps = np.arange(0, 1000, 4)
+    names = SeriesInfo("runtime", "keras_auto_names", "count", "keras")
+    rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
+
+    def run(per_step):
+        data = RunData(name="r", path=None)
+        data.series[names.tag] = Series.from_points(names.tag, names, steps, steps * 0.01, 3.0 * steps)
+        data.series[rss.tag] = Series.from_points(rss.tag, rss, steps, steps * 0.01,
+                                                  300e6 + per_step * steps + rng.normal(0, 4e3, steps.size))
+        return build_run_report(data)
+
+    flat = run(0.0)
+    assert flat.verdict != "leak", flat.reason
+    assert not any(c.kind == "runtime" for c in flat.culprits)
+    growing = run(200e3)
+    assert growing.verdict == "leak", growing.reason
+    assert any(c.kind == "runtime" and "Keras automatic names" in c.name for c in growing.culprits[:3])

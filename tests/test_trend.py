@@ -276,6 +276,24 @@ def test_a_last_sample_after_the_loop_released_its_memory_is_left_out():
     assert assess_series(steps, values, unit="count").verdict != "leak"
 
 
+def test_a_release_long_after_the_last_sample_is_not_left_out():
+    """The walks before the release must reach close to it. Recorded: a
+    deque(maxlen=500) of eager tensors per layer, heap walks at steps 0, 59,
+    152 and 328 of 5,000 (the budget spent early), the last one at close()
+    after the function returned. The buffer filled and stopped at step ~500,
+    unseen: leaving the release out would read its filling as a leak."""
+    steps = np.array([0, 59, 152, 328, 4999])
+    values = np.array([24.0, 201, 480, 1008, 14])
+    result = assess_series(steps, values, unit="count", final_release=True)
+    assert result.verdict != "leak", result.reason
+    assert "left out" not in result.reason
+    # The same walks spread over the run, the release right after the last: left out.
+    spread = np.array([0, 1200, 2500, 3700, 4990, 4999])
+    result = assess_series(spread, np.array([24.0, 3624, 7524, 11124, 14994, 14]), unit="count",
+                           final_release=True)
+    assert result.verdict == "leak" and "left out" in result.reason, result.reason
+
+
 def test_samples_needed_follow_from_the_noise():
     # An exact count growing by the same amount between samples is called on
     # a handful of samples; the same growth buried in noise is not.

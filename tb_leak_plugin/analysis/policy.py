@@ -107,6 +107,14 @@ class Policy:
     # A point this many noise sd from both neighbours, which agree, is a bad
     # reading, left out so that one point cannot flip a verdict.
     spike_sd: float = 25.0
+    # A last sample that falls back after a rise is the loop's data freed when
+    # it returned, and left out, only when the samples before it reach this
+    # close to it: the gap from the one before it to it is at most this share
+    # of the steps those samples span. Further back, most of the run before
+    # the release was never seen, and a buffer that filled and stopped (a
+    # deque(maxlen=500) on heap walks at steps 59, 152 and 328 of 5,000)
+    # cannot be told from a leak.
+    release_gap_share: float = 1.0
     # Fewer finite samples than this are never judged.
     min_samples: int = 4
     # Multiples of the run's length tried when saying how much longer a run

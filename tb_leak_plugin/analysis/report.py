@@ -278,7 +278,8 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits: list[Culprit] = []
     culprits += census.object_culprits(by_role.get(ROLE_OBJECTS, []))
     culprits += _tensor_culprits(by_role.get(ROLE_TENSORS, []))
-    culprits += _trace_count_culprits(by_role.get(ROLE_TRACES, []))
+    creations: list[Culprit] = []
+    culprits += _trace_count_culprits(by_role.get(ROLE_TRACES, []), creations)
     culprits += _gc_culprits(by_role.get(ROLE_GC, []))
     culprits += _memory_culprits([r for r in by_role.get(ROLE_MEMORY, []) if r.tag not in explained], culprits,
                                  by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
@@ -293,7 +294,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     if verdict == "leak":
         # A growing container names where a leak accumulates; alone (a list
         # of floats kept per step) it is not a leak of memory.
-        culprits = sorted(culprits + containers, key=_culprit_rank)
+        culprits = sorted(culprits + containers + creations, key=_culprit_rank)
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
@@ -512,13 +513,25 @@ def _runtime_culprit(report) -> Culprit:
     )
 
 
-def _trace_count_culprits(reports) -> list[Culprit]:
+# Runtime counters that count what was *made*, not what is kept: Keras's
+# automatic names count every layer named since clear_session() (a
+# Hashing layer made and dropped per step grows them with memory flat).
+# They say why memory grows, never that it does: their culprit is added
+# only to a run that leaks by other evidence, as a growing container's is.
+CREATION_COUNTERS = frozenset({"keras_auto_names"})
+
+
+def _trace_count_culprits(reports, creations: list | None = None) -> list[Culprit]:
     out = []
     for report in _leaks(reports):
         if report.group == "tf_graph":
             out.append(_graph_culprit(report))
             continue
         if report.group == "runtime":
+            if report.measure in CREATION_COUNTERS:
+                if creations is not None:
+                    creations.append(_runtime_culprit(report))
+                continue
             out.append(_runtime_culprit(report))
             continue
         hint = hints_lib.hint_for_series(report.group, report.measure)

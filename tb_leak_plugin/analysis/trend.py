@@ -134,7 +134,7 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     t, y, w, dropped = _prepare(steps, values, wall_times)
     t, y, w, left_out = _drop_spikes(t, y, w, policy)
     if final_release:
-        t, y, w, released = _drop_final_release(t, y, w)
+        t, y, w, released = _drop_final_release(t, y, w, policy)
         left_out += released
     n = int(y.size)
     need = max(int(min_samples if min_samples is not None else policy.min_samples), 3)
@@ -207,9 +207,10 @@ def _drop_spikes(t, y, w, policy):
     return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
 
 
-def _drop_final_release(t, y, w):
-    """Leave out a last sample that falls more than half way back after a rise."""
-    if y.size < 5:
+def _drop_final_release(t, y, w, policy):
+    """Leave out a last sample that falls more than half way back after a
+    rise, when the samples before it come close to it (see the policy)."""
+    if y.size < 5 or float(t[-1] - t[-2]) > policy.release_gap_share * float(t[-2] - t[0]):
         return t, y, w, 0
     grown = float(y[-2] - np.min(y[:-1]))
     rising = np.count_nonzero(np.diff(y[:-1]) > 0) >= 0.6 * (y.size - 2)
