@@ -512,3 +512,32 @@ def test_steps_far_from_zero_and_tiny_values():
     flat = 1e9 + np.random.default_rng(0).normal(0, 1e6, 1001)
     assert assess_series(np.r_[0.0, 1e12 + np.arange(1000)], flat).verdict != "leak"
     assert assess_series(np.arange(100), 1e-300 * np.arange(100)).verdict in ("no_leak", "inconclusive", "leak")
+
+
+def _sawtooth(steps, floor_per_step, rng):
+    """A buffer of 10-40 steps of 12 KiB, cleared at each episode's end, on a
+    floor growing ``floor_per_step``; sampled at ``steps``."""
+    ends, at = [], 0
+    while at < steps[-1] + 50:
+        at += int(rng.integers(10, 41))
+        ends.append(at)
+    ends = np.array(ends)
+    since = steps - np.r_[0, ends][np.searchsorted(ends, steps, side="right")]
+    return 93e6 + floor_per_step * steps + 12288.0 * since + rng.normal(0, 2e3, steps.size)
+
+
+def test_a_floor_line_the_later_samples_lie_far_below_is_not_a_sawtooth_reading():
+    """Recorded: a clean buffer of episode frames (the C allocator's bytes),
+    sampled densely early and sparsely later, where its resets blur. Its
+    early floors settle upward; a line through them would end at 94.9 MB,
+    every later sample is under 93.3 MB: the reading is refuted."""
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", "episode_frames_sawtooth_clean.npz"))
+    result = assess_series(data["steps"], data["values"], data["wall_times"], unit="bytes")
+    assert result.verdict != "leak", result.reason
+    # A floor that does grow, sampled the same way, is still a leak under resets.
+    rng = np.random.default_rng(7)
+    steps = data["steps"].astype(np.int64)
+    grows = assess_series(steps, _sawtooth(steps, 600.0, rng), unit="bytes")
+    assert grows.verdict == "leak", grows.reason
+    clean = assess_series(steps, _sawtooth(steps, 0.0, rng), unit="bytes")
+    assert clean.verdict != "leak", clean.reason

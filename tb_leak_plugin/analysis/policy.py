@@ -104,6 +104,13 @@ class Policy:
     sawtooth_resets: int = 3
     # ... and a reset drops by at least this share of the series' range.
     reset_range_share: float = 0.05
+    # The samples after a sawtooth's last floor ride its ramp, above the
+    # floor line. When half of them lie this many of its noise sd below it,
+    # the line goes on where the floors were not seen (resets blurred by
+    # sparser samples later in a run): the sawtooth reading is refuted and
+    # the series is read as lines. (A recorded buffer of episode frames: the
+    # floor line at 94.9 MB at the end, every later sample under 93.3 MB.)
+    floor_refute_sd: float = 5.0
     # A point this many noise sd from both neighbours, which agree, is a bad
     # reading, left out so that one point cannot flip a verdict.
     spike_sd: float = 25.0

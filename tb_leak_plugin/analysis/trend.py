@@ -268,10 +268,15 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     if raw is not None:
         cycles = _resets(raw[1], unit, policy)
         if cycles.size >= policy.sawtooth_resets:
-            return _fit_sawtooth(raw[0], raw[1], cycles, unit)
+            fit = _fit_sawtooth(raw[0], raw[1], cycles, unit)
+            if not _floor_refuted(fit, raw[0], raw[1], cycles, policy):
+                return fit
     resets = _resets(y, unit, policy)
     if resets.size >= policy.sawtooth_resets and raw is None:
-        return _fit_sawtooth(t, y, resets, unit)
+        fit = _fit_sawtooth(t, y, resets, unit)
+        if not _floor_refuted(fit, t, y, resets, policy):
+            return fit
+        resets = np.zeros(0, dtype=int)
     res = _resolution(y, unit)
     sd = max(_local_noise(t, y), res / 2)
     # Segment with the noise of white jitter, then again with the noise
@@ -426,6 +431,16 @@ def _fit_sawtooth(t, y, resets, unit) -> _Fit:
     return _Fit(t_start=float(tf[0]), level=float(reg.beta[0]), slope=float(reg.beta[1]), se=se,
                 df=float(reg.df), noise=max(robust_sd(reg.resid), step_err), segments=1,
                 resets=int(resets.size), jump=0.0, used=int(tf.size))
+
+
+def _floor_refuted(fit, t, y, resets, policy) -> bool:
+    """Whether the samples after the last floor lie far below the floor line
+    (see ``policy.floor_refute_sd``)."""
+    after = slice(int(resets[-1]) + 1, None)
+    if y[after].size < 3 or not math.isfinite(fit.slope) or not fit.noise > 0:
+        return False
+    below = fit.level + fit.slope * (t[after] - fit.t_start) - y[after]
+    return float(median(below)) > policy.floor_refute_sd * fit.noise
 
 
 def _resets(y, unit, policy) -> np.ndarray:
