@@ -1,6 +1,7 @@
 """Long jobs: how much the monitor writes, and what TensorBoard and the CLI pay to read it.
 
-    python benchmarks/bench_long_runs.py [--quick] [--skip-tensorboard] [--keep DIR]
+    python benchmarks/bench_long_runs.py [--quick] [--skip-tensorboard] [--only-old-run] [--keep DIR]
+                                         [--tensorboard-python PY]
 
 1. Simulated runs at defaults (every default probe, the 1% budget, real
    probe costs; training simulated by ``capture.clock.SimulatedClock`` in
@@ -20,6 +21,9 @@
    report's verdict (and each series' verdict) equals the CLI's. A
    TensorBoard over a tiny logdir gives the baseline RSS and start-up time.
    Targets: under 600 MB and the report within 5 s (both modes); verdicts equal.
+   ``--tensorboard-python PY`` runs TensorBoard with another interpreter, e.g.
+   an environment with tensorboard and tb-leak but no TensorFlow (TensorBoard
+   then uses its own stub instead of importing TensorFlow's ~450 MB).
 
 Prints each figure and PASS/FAIL against its target; exits 1 on a FAIL.
 """
@@ -158,7 +162,7 @@ def _tree_rss(process) -> int:
 
 
 def tensorboard(logdir: str, run: str, load_fast: bool, last_step: int | None, timeout: float = 300.0,
-                settle_s: float = 2.0) -> dict:
+                settle_s: float = 2.0, python: str | None = None) -> dict:
     """A real tensorboard on ``logdir``: peak RSS, seconds to ready, to the first
     report of ``run`` and to one whose series reach ``last_step``. The peak is
     watched for ``settle_s`` more after that report: TensorBoard's own loader
@@ -171,7 +175,7 @@ def tensorboard(logdir: str, run: str, load_fast: bool, last_step: int | None, t
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
     log = tempfile.TemporaryFile()
     board = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
+        [python or sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
          f"--load_fast={'true' if load_fast else 'false'}", "--reload_interval", "5"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     process = psutil.Process(board.pid)
@@ -233,6 +237,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 h / 6 h runs, 52,000 old points")
     parser.add_argument("--skip-tensorboard", action="store_true")
     parser.add_argument("--only-old-run", action="store_true", help="skip the simulated runs (1. and 2.)")
+    parser.add_argument("--tensorboard-python", default=None,
+                        help="run tensorboard with this interpreter (an environment with tensorboard and tb-leak "
+                             "installed, e.g. one without TensorFlow, where TensorBoard uses its own stub)")
     parser.add_argument("--keep", help="write the logdirs here (kept) instead of a temporary directory")
     args = parser.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="bench-long-")
@@ -290,8 +297,9 @@ def main(argv=None) -> int:
             print(f"  tensorboard (--samples_per_plugin default leak={LOCAL_SAMPLES_PER_TAG} on a local logdir; "
                   f"peak RSS watched {settle:.0f} s past the report, while its loader reads on):")
             for load_fast in (False, True):
-                base = tensorboard(tiny, "job", load_fast, None, settle_s=5.0)
-                row = tensorboard(old_logdir, "job", load_fast, last_step, settle_s=settle)
+                base = tensorboard(tiny, "job", load_fast, None, settle_s=5.0, python=args.tensorboard_python)
+                row = tensorboard(old_logdir, "job", load_fast, last_step, settle_s=settle,
+                                  python=args.tensorboard_python)
                 mode = f"--load_fast={'true' if load_fast else 'false'}"
                 ready = row["ready_s"] or float("nan")
                 complete = row["complete_s"]
