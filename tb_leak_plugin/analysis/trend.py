@@ -437,6 +437,7 @@ def _floor_refuted(fit, t, y, resets, policy) -> bool:
     """Whether the samples after the last floor lie far below the floor line
     (see ``policy.floor_refute_sd``)."""
     after = slice(int(resets[-1]) + 1, None)
+    # "Half of them" needs a median of at least three: fewer refute nothing.
     if y[after].size < 3 or not math.isfinite(fit.slope) or not fit.noise > 0:
         return False
     below = fit.level + fit.slope * (t[after] - fit.t_start) - y[after]

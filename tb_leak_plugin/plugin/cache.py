@@ -161,8 +161,7 @@ class ReportCache:
             if listing is not None and now - listing.at < self._revalidate_secs:
                 return listing
         if self._read_files:
-            with short_switches:
-                return _store(state, self._local_listing())
+            return _store(state, self._local_listing())
         if self._provider is None:
             raise errors.NotFoundError("TensorBoard has no data provider")
         known = frozenset(r.run_name for r in self._provider.list_runs(ctx, experiment_id=experiment))
@@ -326,8 +325,7 @@ class ReportCache:
                 entry = state.entries.get(run)
                 if entry is not None and entry.fingerprint == fingerprint:
                     return entry
-            with short_switches:
-                entry = self._build_entry(ctx, experiment, run, listing)
+            entry = self._build_entry(ctx, experiment, run, listing)
             with state.lock:
                 if run in (state.listing.series if state.listing else {}):
                     state.entries[run] = entry
