@@ -32,7 +32,7 @@ class Regression:
     df: float             # effective degrees of freedom
     resid: np.ndarray
     sigma2: float
-    inflation: float      # (1 + rho) / (1 - rho)
+    inflation: float      # the slope variance's widening (see variance_inflation)
 
     def p_positive(self, j=1):
         """One-sided p-value that coefficient j is > 0."""
@@ -47,8 +47,9 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
 
     ``min_inflation``: the variance inflation known from elsewhere (the same
     noise process around the other segments of the series); the residuals'
-    own estimate is used where larger. ``inflation``:
-    use this inflation instead of estimating it from the residuals."""
+    own estimate is used where larger, for the variance and for the degrees
+    of freedom. ``inflation``: use this inflation instead of estimating it
+    from the residuals."""
     # Columns centred (and the intercept restored after): steps far from
     # zero (a run resumed at step 10**12) must not swamp the intercept.
     cols = [np.asarray(c, dtype=np.float64) for c in x_cols]
@@ -68,8 +69,10 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
     sigma2 = float(resid @ resid) / dof
     # An exact fit leaves only rounding noise, whose "autocorrelation" means nothing.
     exact = sigma2 <= 1e-20 * max(float(np.mean(y * y)), 1e-300)
+    measured = None
     if inflation is None:
-        inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
+        own, measured = (1.0, 1.0) if exact else inflations(resid)
+        inflation = max(own, float(min_inflation))
     try:
         cov = np.linalg.inv(design.T @ design)
         se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)
@@ -86,9 +89,20 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
             se[0] = math.sqrt(max(float(vec @ cov @ vec) * sigma2 * inflation, 0.0))
         except (NameError, ValueError):
             pass
+    # Degrees of freedom: the effectively independent samples, counted with
+    # the autocorrelation the residuals show (lag 1 and Geyer's sequence over
+    # all lags, where they are long enough for it) or that the series shows
+    # around its other segments (``min_inflation``, estimated on more
+    # samples); the slope's variance is widened further by ar1's margin of
+    # one standard error on the residuals' own estimate. Counting that
+    # margin again in the degrees of freedom penalises it twice: near
+    # rho = 1, (1 + rho) / (1 - rho) explodes (0.90: 19; 0.96: 47), and a
+    # staircase of pages growing 18 KiB a step read as 1.2 independent
+    # samples of 55 (df 2: 68 standard errors were not significant at 1e-4).
     # At least two degrees of freedom: a t with one (a Cauchy) makes any slope
     # insignificant, however many standard errors above zero it lies.
-    return Regression(beta, se, max(min(2.0, float(dof)), dof / inflation), resid, sigma2, inflation)
+    counted = inflation if measured is None else max(measured, float(min_inflation), 1.0)
+    return Regression(beta, se, max(min(2.0, float(dof)), dof / counted), resid, sigma2, inflation)
 
 
 
@@ -96,6 +110,12 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
 
 
 def variance_inflation(resid):
+    """How much autocorrelation inflates the variance of a fitted trend (>= 1);
+    see `inflations`."""
+    return inflations(resid)[0]
+
+
+def inflations(resid):
     """How much autocorrelation inflates the variance of a fitted trend (>= 1).
 
     The larger of two estimates of the integrated autocorrelation time:
@@ -108,23 +128,27 @@ def variance_inflation(resid):
     inflation = (1 + rho) / (1 - rho)
     m = resid.size
     if m < 12:
-        return inflation
+        return inflation, inflation
     x = resid - resid.mean()
     spectrum = np.fft.rfft(x, 2 * m)
     acov = np.fft.irfft(spectrum * np.conj(spectrum))[: m // 2]
     if acov[0] <= 0:
-        return inflation
+        return inflation, inflation
     r = acov / acov[0]
     pairs = r[0:r.size - 1:2] + r[1:r.size:2]
     stop = np.nonzero(pairs <= 0)[0]
     pairs = pairs[: stop[0]] if stop.size else pairs
     # Geyer's monotone sequence: a pair sum never exceeds the previous one.
-    tau = -1.0 + 2.0 * float(np.sum(np.minimum.accumulate(pairs)))
-    return max(inflation, min(tau, float(m)))
+    tau = min(-1.0 + 2.0 * float(np.sum(np.minimum.accumulate(pairs))), float(m))
+    # What was measured, without ar1's margin of one standard error: the
+    # effective sample size the degrees of freedom count (see regress).
+    rho = ar1(resid, margin=False)
+    return max(inflation, tau), max((1 + rho) / (1 - rho), tau)
 
 
-def ar1(resid):
-    """Lag-1 autocorrelation of residuals, bias-corrected, in [0, 0.995]."""
+def ar1(resid, margin=True):
+    """Lag-1 autocorrelation of residuals, bias-corrected, in [0, 0.995];
+    ``margin``: one standard error more."""
     m = resid.size
     denom = float(resid @ resid)
     if m < 4 or denom <= 0:
@@ -135,7 +159,8 @@ def ar1(resid):
         r1 += (1 + 3 * max(r1, 0.0)) / m
     # One standard error more: on short series the estimate is poor, and too
     # little autocorrelation makes every interval too narrow, both ways.
-    r1 += math.sqrt(max(1.0 - r1 * r1, 0.0) / m)
+    if margin:
+        r1 += math.sqrt(max(1.0 - r1 * r1, 0.0) / m)
     return min(max(r1, 0.0), 0.995)
 
 
