@@ -384,7 +384,7 @@ EXPECTED_CAUSE = {
     "tensor_history": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("op", "op_retains")),
     "retracing": (("retracing", "train_step"), ("retracing", "eager context functions")),
     "keras_in_loop": (("runtime", "keras_names"), ("series", "native_memory")),
-    "data_pipeline": ("object_type", "py_function_registry"),
+    "data_pipeline": (("object_type", "py_function_registry"), ("runtime", "py_function_registry")),
     "unbounded_cache": (("tensors", "numpy"), ("container", "FeatureStore.cache")),
     "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("op", "op_retains")),
     "plain_python": ("tensors", "numpy"),

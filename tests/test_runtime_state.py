@@ -23,6 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = "leak/runtime/keras/keras_auto_names"
 GRADIENTS = "leak/runtime/tensorflow/custom_gradients"
 COLLECTIONS = "leak/runtime/default_graph/graph_collection_items"
+PY_FUNCS = "leak/runtime/tensorflow/py_funcs"
 STEPS = 100
 
 
@@ -138,6 +139,37 @@ def test_graph_collections_counted_in_the_default_graph(keras):
             counts.append(_values(probe)[COLLECTIONS])
     assert counts[-1] - counts[0] >= 19, counts
     assert _values(probe)[COLLECTIONS] < counts[-1]  # back in the eager program's graph
+
+
+def test_a_pipeline_rebuilt_per_step_grows_the_py_function_registry(keras):
+    """Dataset.from_generator in the loop registers a callback a step, which
+    the pipeline's function keeps; one pipeline built before the loop does
+    not grow the registry."""
+    import numpy as np
+    import tensorflow as tf
+
+    rows = np.zeros((64, 4), np.float32)
+    spec = tf.TensorSpec([4], tf.float32)
+
+    def make():
+        return tf.data.Dataset.from_generator(lambda: iter(rows), output_signature=spec).batch(8)
+
+    probe = RuntimeStateProbe()
+    kept = []
+    before = _values(probe)[PY_FUNCS]
+    for _ in range(10):
+        dataset = make()
+        next(iter(dataset))
+        kept.append(dataset)  # what a step's graph or a cache keeps alive
+    grown = _values(probe)[PY_FUNCS] - before
+    assert grown >= 10, grown
+    iterator = iter(make().repeat())
+    base = _values(probe)[PY_FUNCS]
+    for _ in range(10):
+        next(iterator)
+    assert _values(probe)[PY_FUNCS] == base
+    del kept, iterator
+    gc.collect()
 
 
 def test_probe_keeps_no_reference_to_models(keras):

@@ -250,6 +250,7 @@ def hint_for_series(tag_group: str, measure: str) -> Hint | None:
         return HINTS["uncollectable"]
     if tag_group == "runtime":
         key = {"keras_auto_names": "keras_names", "custom_gradients": "custom_gradients",
-               "keras_global_state": "keras_objects", "graph_collection_items": "graph_grows"}.get(measure)
+               "keras_global_state": "keras_objects", "graph_collection_items": "graph_grows",
+               "py_funcs": "py_function_registry"}.get(measure)
         return HINTS[key] if key else None
     return None

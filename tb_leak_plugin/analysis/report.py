@@ -497,6 +497,7 @@ _RUNTIME_NAMES = {
     "keras_global_state": "Keras global state",
     "custom_gradients": "TensorFlow's custom-gradient registry",
     "graph_collection_items": "items in the default graph's collections",
+    "py_funcs": "TensorFlow's py-function registry",
 }
 
 

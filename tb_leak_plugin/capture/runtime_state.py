@@ -32,6 +32,13 @@ counts them, plus the other runtime state such loops grow:
 * ``graph_collection_items`` (subject ``default_graph``): items in the
   ``tf.compat.v1`` default graph's collections (variables, update ops,
   summaries, ...), which TF1-style code grows when it builds per step.
+* ``py_funcs`` (subject ``tensorflow``): Python callables alive in
+  TensorFlow's py-function registry (``script_ops._py_funcs``). Every
+  ``Dataset.from_generator``, ``tf.py_function`` or ``tf.numpy_function``
+  call registers one, and the graph or function that uses it keeps it: a
+  pipeline rebuilt every step grows it by one a step. The census sees the
+  same leak as weak references (``KeyedRef``) only at heap walks, a handful
+  in a short run; this count is read at every cheap sample.
 
 The eager context's function library is counted by the ``tf_graph`` probe
 (``tf_graph/eager_context/functions``) and not again here.
@@ -61,9 +68,11 @@ KERAS_GLOBAL_STATE = SeriesInfo(GROUP, "keras_global_state", "count", "keras")
 TF_KERAS_AUTO_NAMES = SeriesInfo(GROUP, "keras_auto_names", "count", "tf_keras")
 CUSTOM_GRADIENTS = SeriesInfo(GROUP, "custom_gradients", "count", "tensorflow")
 GRAPH_COLLECTION_ITEMS = SeriesInfo(GROUP, "graph_collection_items", "count", "default_graph")
+PY_FUNCS = SeriesInfo(GROUP, "py_funcs", "count", "tensorflow")
 
 #: Every series the probe may report, in the order it reports them.
-SERIES = (KERAS_AUTO_NAMES, KERAS_GLOBAL_STATE, TF_KERAS_AUTO_NAMES, CUSTOM_GRADIENTS, GRAPH_COLLECTION_ITEMS)
+SERIES = (KERAS_AUTO_NAMES, KERAS_GLOBAL_STATE, TF_KERAS_AUTO_NAMES, CUSTOM_GRADIENTS, GRAPH_COLLECTION_ITEMS,
+          PY_FUNCS)
 
 # Keras 3: a threading.local whose attributes are the global state;
 # clear_session() replaces it, so it is looked up at every sample.
@@ -76,6 +85,7 @@ _KERAS2_BACKENDS = ("tf_keras.src.backend", "keras.src.backend", "keras.backend"
 _KERAS2_NAME_COUNTERS = "PER_GRAPH_OBJECT_NAME_UIDS"
 _TF_LEGACY_KERAS_BACKEND = "tensorflow.python.keras.backend"
 _TF_OPS_MODULE = "tensorflow.python.framework.ops"
+_TF_SCRIPT_OPS_MODULE = "tensorflow.python.ops.script_ops"
 _CUSTOM_GRADIENT_PREFIX = "CustomGradient-"  # tf.custom_gradient's registered names
 _CONTAINERS = (dict, list, set, frozenset, tuple, collections.deque)
 
@@ -222,6 +232,17 @@ def graph_collection_items() -> int | None:
 
 
 
+def py_funcs() -> int | None:
+    """Callables alive in TensorFlow's py-function registry (a
+    WeakValueDictionary: an entry goes when nothing uses its callable)."""
+    module = sys.modules.get(_TF_SCRIPT_OPS_MODULE)
+    registry = getattr(module, "_py_funcs", None) if module is not None else None
+    funcs = getattr(registry, "_funcs", None) if registry is not None else None
+    if funcs is None or not hasattr(funcs, "__len__"):
+        return None
+    return int(len(funcs))
+
+
 class RuntimeStateProbe(Probe):
     """Counts of Keras' and TensorFlow's runtime state that per-step model
     building grows (see the module docstring): one series per counter, only
@@ -237,6 +258,7 @@ class RuntimeStateProbe(Probe):
             (TF_KERAS_AUTO_NAMES, tf_keras_auto_names),
             (CUSTOM_GRADIENTS, _CustomGradientCounter()),
             (GRAPH_COLLECTION_ITEMS, graph_collection_items),
+            (PY_FUNCS, py_funcs),
         )
 
     def sample(self, objects=None) -> Sample:
