@@ -19,7 +19,7 @@ from tb_leak_plugin.analysis.census import benjamini_hochberg
 from tb_leak_plugin.analysis.policy import POLICY
 from tb_leak_plugin.analysis import library_leaks
 from tb_leak_plugin.metadata import hop_text
-from tb_leak_plugin.analysis.trend import TrendResult, assess_series, growth_shown
+from tb_leak_plugin.analysis.trend import TrendResult, assess_series, falls_back_at_end, growth_shown
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none
 from tb_leak_plugin.analysis.series import RunData, Series
 from tb_leak_plugin.metadata import HELD_BY_GROUP, parse_limit_detail
@@ -67,13 +67,17 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 
 
 def assess(series: Series, available_bytes: float | None = None,
-           judged_measures: frozenset = frozenset(), full: Series | None = None) -> SeriesReport:
+           judged_measures: frozenset = frozenset(), full: Series | None = None,
+           collected: Series | None = None) -> SeriesReport:
     """Assess one series (context series are described, not judged).
 
     ``full``: the ``gc/full_collection`` series (whether each heap walk's
     collection was full): the counts after full ones are of live objects,
     which tells an object count that falls at the last walk because the
-    program let go of its objects, and one that grows only by garbage."""
+    program let go of its objects, and one that grows only by garbage.
+    ``collected``: the ``gc/collected`` series (unreachable objects each
+    walk's collection found), which tells memory that falls at the last walk
+    because the program let go of it from memory the collector freed."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -92,7 +96,7 @@ def assess(series: Series, available_bytes: float | None = None,
             # final census collected garbage, which must count: an object
             # count's fall is the program's only where it is larger than
             # what that collection found.
-            final_release=_final_release(series, role, full),
+            final_release=_final_release(series, role, full, collected),
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
@@ -111,11 +115,13 @@ def assess(series: Series, available_bytes: float | None = None,
     )
 
 
-def _final_release(series: Series, role: str, full: Series | None) -> bool:
+def _final_release(series: Series, role: str, full: Series | None, collected: Series | None = None) -> bool:
     """Whether a last sample that falls back to the start is left out of
     ``series``' analysis (the program let go of its objects at the end)."""
     if series.info.group in ("tensors", "tf_function", "tf_graph"):
         return True
+    if role == ROLE_MEMORY:
+        return _released_by_program(series, collected)
     if role not in (ROLE_OBJECTS, ROLE_CONTAINERS) or full is None or len(series) < 3:
         return False
     # What a walk counted right after a full collection was alive then. If
@@ -133,6 +139,23 @@ def _final_release(series: Series, role: str, full: Series | None) -> bool:
     alive = float(y[k]) - start
     return bool(alive > 0 and alive >= 0.5 * (float(np.nanmax(y[:-1])) - start)
                 and float(y[k] - y[-1]) > 0.5 * alive)
+
+
+def _released_by_program(series: Series, collected: Series | None) -> bool:
+    """Memory read at the last walk, after its collection, may fall because
+    the collector freed garbage (cycles made all run long: growth that only
+    garbage explains is no leak) or because the program let go of its data
+    when the loop returned, before close(). Only the second is a release
+    left out: where that collection found no more unreachable objects than
+    some walk before it did."""
+    if collected is None or len(collected) < 2 or not len(series):
+        return False
+    if float(collected.steps[-1]) != float(series.steps[-1]):
+        return False  # the last memory sample does not follow the last walk
+    earlier = collected.values[:-1]
+    earlier = earlier[np.isfinite(earlier)]
+    last = float(collected.values[-1])
+    return bool(earlier.size and np.isfinite(last) and last <= float(np.max(earlier)))
 
 
 def _held_to_full_collections(trend: TrendResult, series: Series, full: Series | None) -> TrendResult:
@@ -284,6 +307,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits += _memory_culprits([r for r in by_role.get(ROLE_MEMORY, []) if r.tag not in explained], culprits,
                                  by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
     containers = _container_culprits(by_role.get(ROLE_CONTAINERS, []), run)
+    let_go = _let_go_at_close(by_role, run)
     traces_dict = None
     if trace_report is not None:
         culprits += _op_culprits(trace_report)
@@ -294,7 +318,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     if verdict == "leak":
         # A growing container names where a leak accumulates; alone (a list
         # of floats kept per step) it is not a leak of memory.
-        culprits = sorted(culprits + containers + creations, key=_culprit_rank)
+        culprits = sorted(culprits + containers + creations + let_go, key=_culprit_rank)
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
@@ -342,6 +366,7 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
     process_left = _memory_left(run)
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
     full = run.series.get("leak/gc/full_collection")
+    collected = run.series.get("leak/gc/collected")
     windows = _profiler_windows(run)
     reports = []
     for series in run.series.values():
@@ -350,7 +375,7 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
         available, limit = _left_for(series, process_left)
         report = assess(_outside(_with_earlier_points(series), windows, warnings)
                         if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
-                        available, measures, full)
+                        available, measures, full, collected)
         if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
             report.memory_limit, report.memory_limit_bytes = limit
         reports.append(report)
@@ -544,6 +569,32 @@ def _trace_count_culprits(reports, creations: list | None = None) -> list[Culpri
             details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
         ))
     return out
+
+
+def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
+    """Live tensors and object types that grew at every heap walk and fell
+    back at the last, where the walks before it ended too far from close()
+    to leave the fall out (POLICY.release_gap_share: on a loaded machine the
+    walks a budget pays for come early). Such a series cannot show that it
+    grew all run; in a run that leaks by other evidence (memory sampled all
+    along) it names what grew while it was seen, the loop's data that the
+    program let go of when the loop returned. Added only to a leaking run,
+    as growing containers are."""
+    revised = {ROLE_TENSORS: [], ROLE_OBJECTS: []}
+    for role, reports in revised.items():
+        for report in by_role.get(role, []):
+            series = run.series.get(report.tag)
+            if report.trend is None or report.verdict == "leak" or series is None \
+                    or len(series) <= POLICY.min_samples or not falls_back_at_end(series.steps, series.values):
+                continue
+            before = assess_series(series.steps[:-1], series.values[:-1], series.wall_times[:-1],
+                                   unit=series.info.unit)
+            if before.verdict != "leak":
+                continue
+            reason = (f"{before.reason}; then let go at the last walk (step {int(series.steps[-1])}), "
+                      f"long after the walk before it (step {int(series.steps[-2])})")
+            reports.append(dataclasses.replace(report, trend=dataclasses.replace(before, reason=reason)))
+    return census.object_culprits(revised[ROLE_OBJECTS]) + _tensor_culprits(revised[ROLE_TENSORS])
 
 
 def _container_culprits(reports, run: RunData) -> list[Culprit]:

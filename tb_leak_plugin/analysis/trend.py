@@ -219,6 +219,15 @@ def _drop_final_release(t, y, w, policy):
     return t, y, w, 0
 
 
+def falls_back_at_end(steps, values, policy: Policy = POLICY) -> bool:
+    """Whether the last sample falls more than half way back after a rise,
+    however far it lies from the samples before it (a release at close that
+    ``final_release`` may not leave out, see the policy's release_gap_share)."""
+    t, y, _w, _dropped = _prepare(steps, values, None)
+    reach = dataclasses.replace(policy, release_gap_share=math.inf)
+    return _drop_final_release(t, y, None, reach)[3] == 1
+
+
 def _blocks(t, y, max_blocks):
     """Medians over blocks of equal span in steps (at most ``max_blocks``).
 
