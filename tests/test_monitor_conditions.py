@@ -375,3 +375,19 @@ def test_numpy_arrays_made_from_tensors_count_their_bytes():
     assert after["leak/tensors/numpy_count"] - before["leak/tensors/numpy_count"] == 3
     assert after["leak/tensors/numpy_bytes"] - before["leak/tensors/numpy_bytes"] == 3 * 256 * 256 * 4
     del keeper
+
+
+def test_an_array_held_only_by_a_running_functions_local_is_counted():
+    """An array a loop re-binds to a bigger one each step is held by nothing
+    the collector lists: the scan reads the running functions' locals (the
+    calling thread's), and leaves no reference to them behind."""
+    probe = probes.LiveTensorsProbe()
+    before = _numpy_scan(probe)
+    preds = np.ones(1 << 17)  # 1 MiB, held by this local only
+    references = sys.getrefcount(preds)
+    after = _numpy_scan(probe)
+    assert after["leak/tensors/numpy_bytes"] - before["leak/tensors/numpy_bytes"] >= 1 << 20
+    if sys.gettrace() is None and sys.getprofile() is None:
+        # The locals' snapshot that reading them made is emptied again.
+        assert sys.getrefcount(preds) == references
+    del preds

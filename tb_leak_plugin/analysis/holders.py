@@ -306,6 +306,11 @@ def adopt_containers(culprits: list) -> None:
     for culprit in culprits:
         if culprit.kind == "series" and (culprit.details or {}).get("held_by_containers"):
             containers += [list(entry["hops"]) for entry in culprit.details["held_by"] if entry.get("hops")]
+        elif culprit.kind == "series":
+            # Memory traced to the arrays that hold its growth (a local
+            # re-bound to a bigger array each step): where live arrays are.
+            containers += [list(entry["hops"]) for entry in (culprit.details or {}).get("held_by") or []
+                           if entry.get("hops") and _holds(entry["hops"][-1]) == "ndarray"]
     for culprit in culprits:
         if culprit.kind == "object_type":
             # A growing container of this type is where it accumulates: its

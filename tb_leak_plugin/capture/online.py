@@ -92,8 +92,11 @@ MIN_TRACE_S = 0.02
 # measured (seconds; the first culprit is often confirmed only there).
 FINAL_TRACE_S = 0.25
 # A run that leaks and has no trace yet gets one trace of up to TRACE_CAP_S at
-# its last walk even when the budget is spent (it is the answer the user
-# needs): the monitor's time may exceed its budget by this much, once.
+# the first walk that finds the leak, or else at its last walk, even when the
+# budget is spent (it is the answer the user needs): the monitor's time may
+# exceed its budget by this much, once. The first walk that finds it, because
+# by the last the loop's function may have returned and what held the leak
+# in its locals be gone (an array re-bound to a bigger one each step).
 FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
 # A container that grew at every one of GROWING_WALKS walks, by items per
 # step, is traced when it is seen, not when the run ends: by then the loop's
@@ -266,6 +269,7 @@ class LeakWatch:
         self.trace_cost_s = 0.0
         # perf_counter() time by which this walk's optional work must end.
         self._deadline = math.inf
+        self._first_trace_owed_paid = False
         self.last_report = None
         self._failed = False
         self._container_traces = 0
@@ -645,15 +649,16 @@ class LeakWatch:
         # type (live tensors by count and by bytes) share one trace.
         done_here: dict = {}
         deadline = self._deadline
-        if census.final and not self._held_by:
-            # A leaking run whose holder is still unnamed gets its one trace at
-            # the last walk, whatever the budget has left (see FIRST_TRACE_S).
+        if not self._held_by and not self._first_trace_owed_paid:
+            # A leaking run whose holder is still unnamed gets its one trace
+            # now, whatever the budget has left (see FIRST_TRACE_S).
+            self._first_trace_owed_paid = True
             self._deadline = max(deadline, time.perf_counter() + FIRST_TRACE_S * self.contention)
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
             if spent > WALK_TRACE_CAP_S * self.contention or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
                 break
-            kind, instances = self._culprit_targets(culprit, census)
+            kind, instances = self._culprit_targets(culprit, census, report)
             if kind is None and not instances:
                 continue
             live = len(instances)
@@ -667,6 +672,9 @@ class LeakWatch:
                 self._write_trace(key, _trace_detail(culprit, step, live, new, since, result), step, wall_time,
                                   result.traced, write)
                 continue
+            # Arrays a running function's local holds (see _growth_holding_arrays):
+            # their paths end in that local, which is marked as holding arrays.
+            arrays = kind is None and culprit.kind in ("series", "tensors")
             mark = self._marks.get(id(kind)) if kind is not None else None
             if mark is not None and mark[2] == type_name(kind) and mark[0] < step:
                 # (A mark made at this walk tells nothing new apart yet.)
@@ -694,6 +702,11 @@ class LeakWatch:
             if kind is not None:
                 done_here[id(kind)] = (result, live, new, since)
             detail = _trace_detail(culprit, step, live, new, since, result)
+            if arrays:
+                for entry in detail["held_by"]:
+                    hops = entry.get("hops")
+                    if hops and isinstance(hops[-1], dict) and not hops[-1].get("holds"):
+                        hops[-1]["holds"] = "ndarray"
             self._write_trace(key, detail, step, wall_time, result.traced, write)
             traced_any = True
         # Memory whose growth a traceable culprit explains is traced through
@@ -712,9 +725,14 @@ class LeakWatch:
             self._stale = False
         self._tell(report)
 
-    def _culprit_targets(self, culprit, census):
+    def _culprit_targets(self, culprit, census, report=None):
         """(the culprit's type, its live instances) to trace; a retracing
-        tf.function is traced itself (who holds the function holds its traces)."""
+        tf.function is traced itself (who holds the function holds its traces);
+        numpy bytes and memory, through a running function's local array that
+        holds most of their growth (see _growth_holding_arrays)."""
+        if (culprit.kind == "tensors" and "numpy_bytes" in culprit.name) or \
+                (culprit.kind == "series" and culprit.unit == "bytes"):
+            return None, _growth_holding_arrays(culprit, report, census.local_values)
         if culprit.kind == "retracing":
             # The named tf.function; for the eager context's library growing,
             # the tf.functions traced most often.
@@ -947,6 +965,25 @@ def _item_kind(container) -> str | None:
         return referrers.bound(name, 120)
     except Exception:
         return None
+
+
+def _growth_holding_arrays(culprit, report, local_values: list) -> list:
+    """The arrays in running functions' locals that each hold at least half
+    of the growth of the culprit's series (numpy bytes, or memory) over its
+    current segment (at most three):
+    one array a loop re-binds to a bigger one each step
+    (`preds = np.concatenate((preds, logits))`) is held by nothing the
+    collector lists, so no growing container names it. A step's own batch
+    holds a sliver of the growth and is never traced as the holder."""
+    ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
+    series = next((r for r in (report.series if report is not None else ())
+                   if r.tag == culprit.name and r.trend is not None), None)
+    if ndarray is None or series is None or not series.trend.total_growth > 0:
+        return []
+    bar = 0.5 * float(series.trend.total_growth)
+    arrays = [value for value in local_values if type(value) is ndarray and value.nbytes >= bar]
+    arrays.sort(key=lambda array: -array.nbytes)
+    return arrays[:3]
 
 
 def _not_marked(instances: list, marked: np.ndarray) -> list:

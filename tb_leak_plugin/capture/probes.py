@@ -258,8 +258,11 @@ class Census:
     :meth:`where_type_in`), so that one pass over the objects serves all.
     """
 
-    def __init__(self, objects: list):
+    def __init__(self, objects: list, local_values: list | None = None):
         self.objects = objects
+        #: The values of the running functions' locals, read before the
+        #: objects were listed (see collect_objects).
+        self.local_values = local_values if local_values is not None else []
         self._kinds: list | None = None
         #: The last census of a run (Monitor.close()): every probe measures fully.
         self.final = False
@@ -374,6 +377,7 @@ class Census:
 
     def release(self) -> None:
         self.objects = []
+        self.local_values = []
         self._kinds = None
         self._by_type = None
         self._selected = None
@@ -383,7 +387,7 @@ class Census:
     def lists(self) -> list:
         """The lists (and the dicts of lists) this census holds: a leak trace
         must not name them as holders."""
-        lists = [self.objects]
+        lists = [self.objects, self.local_values]
         if self._selected:
             lists.extend(self._selected.values())
             lists.append(self._selected)
@@ -424,8 +428,17 @@ def _count_by_type_id(objects) -> collections.Counter:
 
 
 def collect_objects() -> Census:
-    """A census over every object the garbage collector tracks. Release it promptly."""
-    return Census(gc.get_objects())
+    """A census over every object the garbage collector tracks, and the
+    values of the running functions' locals (which the collector does not
+    list). Release it promptly.
+
+    The locals are read first: reading them fills a snapshot dict cached on
+    each frame (before Python 3.13), which is emptied again only while
+    nothing else holds it, and a list of every tracked object would."""
+    from tb_leak_plugin.capture import referrers
+
+    local_values = referrers.running_local_values()
+    return Census(gc.get_objects(), local_values)
 
 
 def _as_census(objects) -> Census:
@@ -794,12 +807,15 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
     del others
     referents.extend(itertools.chain.from_iterable(map(dict.values, dicts)))
     del dicts
+    # The running functions' locals: the collector does not list a running
+    # frame's locals, and an array a loop re-binds to a bigger one each step
+    # (`preds = np.concatenate((preds, logits))`) is held by nothing else.
+    # Read as the leak traces read them, before the census listed the
+    # objects (see collect_objects).
+    referents.extend(census.local_values)
     # Arrays in tuples (`history.append((step, array))`), and in dicts that
     # hold only untracked objects (the collector untracks those), sit one or
     # two levels down: look inside the tuples and untracked dicts found.
-    # (A container held only by a running function's local variable is not
-    # reachable this way: the collector does not list running frames' locals,
-    # and reading f_locals would keep the user's locals alive.)
     arrays, hidden = _split_referents(referents, ndarray)
     del referents
     for _level in range(_UNTRACKED_DEPTH):

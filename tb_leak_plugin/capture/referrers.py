@@ -296,6 +296,21 @@ def _running_frames() -> list:
     return [(sys._getframe(0), not traced)]
 
 
+def running_local_values() -> list:
+    """The values of the local variables of the running functions whose
+    locals are read (see `_running_frames`), the package's own frames aside:
+    what a program holds only in a local (an array a loop re-binds to a
+    bigger one each step) is not reachable from any object the collector
+    lists. The caller drops the list when done."""
+    values = []
+    for frame, clear in _running_frames():
+        while frame is not None:
+            if not _is_own_frame(frame) and frame.f_code.co_flags & _CO_OPTIMIZED:
+                values.extend(value for _name, value in _read_locals(frame, clear))
+            frame = frame.f_back
+    return values
+
+
 def _is_own_frame(frame) -> bool:
     try:
         namespace = frame.f_globals
