@@ -391,3 +391,27 @@ def test_an_array_held_only_by_a_running_functions_local_is_counted():
         # The locals' snapshot that reading them made is emptied again.
         assert sys.getrefcount(preds) == references
     del preds
+
+
+class _Batch:  # weak-referenceable
+    pass
+
+
+def test_a_heap_walk_keeps_no_local_of_the_loop_alive(tmp_path):
+    """Every step walks the heap (no budget), which reads the loop's locals:
+    an object the loop deletes right after ``sample()`` is gone at once, not
+    kept by a snapshot of the frame's locals until the next walk."""
+    import weakref
+
+    monitor = tbleak.Monitor(str(tmp_path), overhead_budget=None)
+    alive_after_del = 0
+    for step in range(8):
+        batch = _Batch()
+        ref = weakref.ref(batch)
+        monitor.sample(step)
+        del batch
+        alive_after_del += ref() is not None
+    monitor.close()
+    assert monitor.stats()["units"]["heap"]["runs"] >= 8
+    if sys.gettrace() is None and sys.getprofile() is None:
+        assert alive_after_del == 0

@@ -585,7 +585,8 @@ class LeakWatch:
             self._container_traces += 1
             objs = [obj for _key, _entry, obj in chosen]
             result = referrers.trace(objs, time_cap_s=self._trace_cap(),
-                                     exclude=_census_lists(census) + [pending, chosen] + pending + chosen)
+                                     exclude=_census_lists(census) + [pending, chosen] + pending + chosen,
+                                     local_hops=census.local_hops)
             objs = None
             self.trace_seconds += result.seconds
             by_signature = {h.signature: h for h in result.held_by}
@@ -690,7 +691,7 @@ class LeakWatch:
             new = len(fresh)
             fresh = None
             result = referrers.trace(sample, time_cap_s=self._trace_cap(),
-                                     exclude=_census_lists(census) + [sample])
+                                     exclude=_census_lists(census) + [sample], local_hops=census.local_hops)
             sample = None
             spent += result.seconds
             self.trace_seconds += result.seconds
@@ -732,7 +733,7 @@ class LeakWatch:
         holds most of their growth (see _growth_holding_arrays)."""
         if (culprit.kind == "tensors" and "numpy_bytes" in culprit.name) or \
                 (culprit.kind == "series" and culprit.unit == "bytes"):
-            return None, _growth_holding_arrays(culprit, report, census.local_values)
+            return None, _growth_holding_arrays(culprit, report, census.local_hops or ())
         if culprit.kind == "retracing":
             # The named tf.function; for the eager context's library growing,
             # the tf.functions traced most often.
@@ -784,7 +785,8 @@ class LeakWatch:
         for obj in objs:
             if self._left() < MIN_TRACE_S:
                 break
-            result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude)
+            result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude,
+                                     local_hops=census.local_hops)
             seconds += result.seconds
             traced += 1
             if result.held_by and result.held_by[0].signature not in result.own \
@@ -967,7 +969,7 @@ def _item_kind(container) -> str | None:
         return None
 
 
-def _growth_holding_arrays(culprit, report, local_values: list) -> list:
+def _growth_holding_arrays(culprit, report, local_hops) -> list:
     """The arrays in running functions' locals that each hold at least half
     of the growth of the culprit's series (numpy bytes, or memory) over its
     current segment (at most three):
@@ -981,7 +983,7 @@ def _growth_holding_arrays(culprit, report, local_values: list) -> list:
     if ndarray is None or series is None or not series.trend.total_growth > 0:
         return []
     bar = 0.5 * float(series.trend.total_growth)
-    arrays = [value for value in local_values if type(value) is ndarray and value.nbytes >= bar]
+    arrays = [value for _hop, value in local_hops if type(value) is ndarray and value.nbytes >= bar]
     arrays.sort(key=lambda array: -array.nbytes)
     return arrays[:3]
 

@@ -258,11 +258,11 @@ class Census:
     :meth:`where_type_in`), so that one pass over the objects serves all.
     """
 
-    def __init__(self, objects: list, local_values: list | None = None):
+    def __init__(self, objects: list, local_hops: list | None = None):
         self.objects = objects
-        #: The values of the running functions' locals, read before the
-        #: objects were listed (see collect_objects).
-        self.local_values = local_values if local_values is not None else []
+        #: ``(hop, value)`` of the running functions' locals, read before the
+        #: objects were listed (see collect_objects); None: not read.
+        self.local_hops = local_hops
         self._kinds: list | None = None
         #: The last census of a run (Monitor.close()): every probe measures fully.
         self.final = False
@@ -377,7 +377,7 @@ class Census:
 
     def release(self) -> None:
         self.objects = []
-        self.local_values = []
+        self.local_hops = None
         self._kinds = None
         self._by_type = None
         self._selected = None
@@ -387,7 +387,7 @@ class Census:
     def lists(self) -> list:
         """The lists (and the dicts of lists) this census holds: a leak trace
         must not name them as holders."""
-        lists = [self.objects, self.local_values]
+        lists = [self.objects] + ([self.local_hops] if self.local_hops is not None else [])
         if self._selected:
             lists.extend(self._selected.values())
             lists.append(self._selected)
@@ -437,8 +437,8 @@ def collect_objects() -> Census:
     nothing else holds it, and a list of every tracked object would."""
     from tb_leak_plugin.capture import referrers
 
-    local_values = referrers.running_local_values()
-    return Census(gc.get_objects(), local_values)
+    local_hops = referrers.running_locals()
+    return Census(gc.get_objects(), local_hops)
 
 
 def _as_census(objects) -> Census:
@@ -812,7 +812,7 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
     # (`preds = np.concatenate((preds, logits))`) is held by nothing else.
     # Read as the leak traces read them, before the census listed the
     # objects (see collect_objects).
-    referents.extend(census.local_values)
+    referents.extend(value for _hop, value in census.local_hops or ())
     # Arrays in tuples (`history.append((step, array))`), and in dicts that
     # hold only untracked objects (the collector untracks those), sit one or
     # two levels down: look inside the tuples and untracked dicts found.

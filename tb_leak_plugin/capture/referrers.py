@@ -249,24 +249,19 @@ class _Roots:
     collector does not see those: a running frame does not list its locals
     to it, so ``gc.get_referrers`` never returns a running frame)."""
 
-    def __init__(self):
+    def __init__(self, local_hops=None):
         self.module_dicts: dict[int, str] = {}
         for name, module in modules():
             namespace = module_namespace(module)
             if namespace is not None:
                 self.module_dicts.setdefault(id(namespace), _plain(name) or "?")
         # id(value) -> (hop of the local variable, value), for every
-        # running function's locals (innermost frames first).
+        # running function's locals (innermost frames first): as read
+        # before a census listed the objects (``local_hops``), or now.
         self.locals: dict[int, tuple[dict, object]] = {}
-        for frame, clear in _running_frames():
-            while frame is not None:
-                if not _is_own_frame(frame) and frame.f_code.co_flags & _CO_OPTIMIZED:
-                    function, where = _frame_place(frame)
-                    for name, value in _read_locals(frame, clear):
-                        if id(type(value)) not in _ATOMIC_IDS:
-                            self.locals.setdefault(id(value), (
-                                {"kind": "local", "owner": function, "name": name, "where": where}, value))
-                frame = frame.f_back
+        for hop, value in (running_locals() if local_hops is None else local_hops):
+            if id(type(value)) not in _ATOMIC_IDS:
+                self.locals.setdefault(id(value), (hop, value))
 
         # id(container) -> the hops from its module global to it, for the
         # registries of libraries known to keep what a program makes per
@@ -296,19 +291,24 @@ def _running_frames() -> list:
     return [(sys._getframe(0), not traced)]
 
 
-def running_local_values() -> list:
-    """The values of the local variables of the running functions whose
-    locals are read (see `_running_frames`), the package's own frames aside:
-    what a program holds only in a local (an array a loop re-binds to a
-    bigger one each step) is not reachable from any object the collector
-    lists. The caller drops the list when done."""
-    values = []
+def running_locals() -> list:
+    """``(hop, value)`` of the local variables of the running functions
+    whose locals are read (see `_running_frames`), innermost frames first,
+    the package's own frames aside: what a program holds only in a local (an
+    array a loop re-binds to a bigger one each step) is not reachable from
+    any object the collector lists, and a local is a root of a leak trace.
+    Read them before listing the objects (``probes.collect_objects``): a
+    list of every tracked object would hold the frames' snapshot dicts,
+    which are then not emptied again. The caller drops the list when done."""
+    out = []
     for frame, clear in _running_frames():
         while frame is not None:
             if not _is_own_frame(frame) and frame.f_code.co_flags & _CO_OPTIMIZED:
-                values.extend(value for _name, value in _read_locals(frame, clear))
+                function, where = _frame_place(frame)
+                for name, value in _read_locals(frame, clear):
+                    out.append(({"kind": "local", "owner": function, "name": name, "where": where}, value))
             frame = frame.f_back
-    return values
+    return out
 
 
 def _is_own_frame(frame) -> bool:
@@ -567,27 +567,31 @@ def _closure_name(function, cell) -> str | None:
     return None
 
 
-def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_depth: int = MAX_DEPTH) -> TraceResult:
+def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_depth: int = MAX_DEPTH,
+          local_hops=None) -> TraceResult:
     """Shortest reference paths from a root to each of ``targets``.
 
     ``exclude``: objects never counted as holders (the caller's own lists).
     ``suffixes``: optional per-target hops appended after the target (when a
     target is the tracked holder of an untracked object, e.g. ``tuple``).
+    ``local_hops``: the running functions' locals as ``running_locals``
+    read them before a census listed the objects (default: read now).
     Objects of tb-leak's own types are never holders. Never raises; returns
     what it found within ``time_cap_s`` (the search takes up to 80% of it,
     naming the hops the rest).
     """
     started = time.perf_counter()
     try:
-        return _trace(list(targets), started, time_cap_s, list(exclude) + [targets], suffixes, max_depth)
+        return _trace(list(targets), started, time_cap_s, list(exclude) + [targets], suffixes, max_depth,
+                      local_hops)
     except Exception:
         return TraceResult([], len(targets), 0, time.perf_counter() - started, False)
 
 
-def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth) -> TraceResult:
+def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hops=None) -> TraceResult:
     search_deadline = started + 0.8 * time_cap_s
     deadline = started + time_cap_s
-    roots = _Roots()
+    roots = _Roots(local_hops)
     # Everything this function creates that refers to the objects followed
     # is never a holder.
     own = {id(x) for x in exclude}
