@@ -541,3 +541,21 @@ def test_a_floor_line_the_later_samples_lie_far_below_is_not_a_sawtooth_reading(
     assert grows.verdict == "leak", grows.reason
     clean = assess_series(steps, _sawtooth(steps, 0.0, rng), unit="bytes")
     assert clean.verdict != "leak", clean.reason
+
+
+def test_drops_with_nothing_refilled_between_them_are_not_a_sawtooth():
+    """Recorded on a clean loop: RSS steps down three times (4, 0.9 and
+    1.8 MiB, the allocator handing pages back) and is flat in between. A
+    floor line through those drops had three floors and an interval of
+    +-8 KiB/step (inconclusive); nothing refilled, so it is read as a flat
+    series with one-off shifts, and certified."""
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", "rss_stepping_down_clean.npz"))
+    result = assess_series(data["steps"], data["values"], data["walls"], unit="bytes")
+    assert result.verdict == "no_leak", result.reason
+    assert "buffer resets" not in result.reason
+    # A buffer that refills before each reset is still read as a sawtooth.
+    steps = np.arange(0, 3000, 5)
+    cycle = 250.0
+    buffer = 4e6 * ((steps % cycle) / cycle)
+    refilled = assess_series(steps, 2.5e8 + buffer + 2000.0 * steps, unit="bytes")
+    assert refilled.verdict == "leak" and "buffer resets" in refilled.reason, refilled.reason

@@ -465,7 +465,15 @@ def _resets(y, unit, policy) -> np.ndarray:
     # before was is the end of a spike: neither is a reset.
     rebound = np.r_[d, 0.0][drops + 1] > 0.5 * np.abs(d[drops])
     undone = y[drops + 1] > y[np.maximum(drops - 1, 0)] - bar
-    return drops[~rebound & ~undone]
+    # A reset empties what filled: the cycle before it rose by a part of
+    # what it drops. Drops with nothing refilled between them are a series
+    # stepping down (an allocator handing pages back), not a buffer's cycles.
+    out, start = [], 0
+    for i in drops[~rebound & ~undone].tolist():
+        if float(y[i] - np.min(y[start:i + 1])) >= policy.refill_share * float(y[i] - y[i + 1]):
+            out.append(i)
+        start = i + 1
+    return np.asarray(out, dtype=int)
 
 
 def _segment(t, y, noise_var, policy, max_segments=None) -> np.ndarray:
