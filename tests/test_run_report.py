@@ -337,12 +337,9 @@ def test_a_flat_whole_does_not_vouch_for_a_part_shown_to_grow():
     report = build_run_report(_run(malloc, blocks, flat_rss))
     by_tag = {s.tag: s for s in report.series}
     assert by_tag[flat_rss.tag].verdict == "no_leak"
-    # The part decides on its own data: a leak, or short of one but never
-    # certified through the flat whole (with its autocorrelation counted once
-    # in the degrees of freedom, these 314 samples show the leak outright).
-    assert by_tag[malloc.tag].verdict in ("leak", "inconclusive")
-    assert report.verdict == by_tag[malloc.tag].verdict, report.reason
-    assert "leak/process/malloc_bytes" in report.reason
+    assert by_tag[malloc.tag].verdict == "inconclusive"
+    assert report.verdict == "inconclusive", report.reason
+    assert report.reason.startswith("leak/process/malloc_bytes")
 
 
 def test_a_counter_of_what_was_made_does_not_make_a_leak_alone():

@@ -32,7 +32,7 @@ class Regression:
     df: float             # effective degrees of freedom
     resid: np.ndarray
     sigma2: float
-    inflation: float      # the slope variance's widening (see variance_inflation)
+    inflation: float      # (1 + rho) / (1 - rho)
 
     def p_positive(self, j=1):
         """One-sided p-value that coefficient j is > 0."""
@@ -47,9 +47,8 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
 
     ``min_inflation``: the variance inflation known from elsewhere (the same
     noise process around the other segments of the series); the residuals'
-    own estimate is used where larger, for the variance and for the degrees
-    of freedom. ``inflation``: use this inflation instead of estimating it
-    from the residuals."""
+    own estimate is used where larger. ``inflation``:
+    use this inflation instead of estimating it from the residuals."""
     # Columns centred (and the intercept restored after): steps far from
     # zero (a run resumed at step 10**12) must not swamp the intercept.
     cols = [np.asarray(c, dtype=np.float64) for c in x_cols]
@@ -69,10 +68,8 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
     sigma2 = float(resid @ resid) / dof
     # An exact fit leaves only rounding noise, whose "autocorrelation" means nothing.
     exact = sigma2 <= 1e-20 * max(float(np.mean(y * y)), 1e-300)
-    measured = None
     if inflation is None:
-        own, measured = (1.0, 1.0) if exact else inflations(resid)
-        inflation = max(own, float(min_inflation))
+        inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
     try:
         cov = np.linalg.inv(design.T @ design)
         se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)
@@ -89,20 +86,9 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
             se[0] = math.sqrt(max(float(vec @ cov @ vec) * sigma2 * inflation, 0.0))
         except (NameError, ValueError):
             pass
-    # Degrees of freedom: the effectively independent samples, counted with
-    # the autocorrelation the residuals show (lag 1 and Geyer's sequence over
-    # all lags, where they are long enough for it) or that the series shows
-    # around its other segments (``min_inflation``, estimated on more
-    # samples); the slope's variance is widened further by ar1's margin of
-    # one standard error on the residuals' own estimate. Counting that
-    # margin again in the degrees of freedom penalises it twice: near
-    # rho = 1, (1 + rho) / (1 - rho) explodes (0.90: 19; 0.96: 47), and a
-    # staircase of pages growing 18 KiB a step read as 1.2 independent
-    # samples of 55 (df 2: 68 standard errors were not significant at 1e-4).
     # At least two degrees of freedom: a t with one (a Cauchy) makes any slope
     # insignificant, however many standard errors above zero it lies.
-    counted = inflation if measured is None else max(measured, float(min_inflation), 1.0)
-    return Regression(beta, se, max(min(2.0, float(dof)), dof / counted), resid, sigma2, inflation)
+    return Regression(beta, se, max(min(2.0, float(dof)), dof / inflation), resid, sigma2, inflation)
 
 
 
@@ -110,12 +96,6 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
 
 
 def variance_inflation(resid):
-    """How much autocorrelation inflates the variance of a fitted trend (>= 1);
-    see `inflations`."""
-    return inflations(resid)[0]
-
-
-def inflations(resid):
     """How much autocorrelation inflates the variance of a fitted trend (>= 1).
 
     The larger of two estimates of the integrated autocorrelation time:
@@ -128,27 +108,23 @@ def inflations(resid):
     inflation = (1 + rho) / (1 - rho)
     m = resid.size
     if m < 12:
-        return inflation, inflation
+        return inflation
     x = resid - resid.mean()
     spectrum = np.fft.rfft(x, 2 * m)
     acov = np.fft.irfft(spectrum * np.conj(spectrum))[: m // 2]
     if acov[0] <= 0:
-        return inflation, inflation
+        return inflation
     r = acov / acov[0]
     pairs = r[0:r.size - 1:2] + r[1:r.size:2]
     stop = np.nonzero(pairs <= 0)[0]
     pairs = pairs[: stop[0]] if stop.size else pairs
     # Geyer's monotone sequence: a pair sum never exceeds the previous one.
-    tau = min(-1.0 + 2.0 * float(np.sum(np.minimum.accumulate(pairs))), float(m))
-    # What was measured, without ar1's margin of one standard error: the
-    # effective sample size the degrees of freedom count (see regress).
-    rho = ar1(resid, margin=False)
-    return max(inflation, tau), max((1 + rho) / (1 - rho), tau)
+    tau = -1.0 + 2.0 * float(np.sum(np.minimum.accumulate(pairs)))
+    return max(inflation, min(tau, float(m)))
 
 
-def ar1(resid, margin=True):
-    """Lag-1 autocorrelation of residuals, bias-corrected, in [0, 0.995];
-    ``margin``: one standard error more."""
+def ar1(resid):
+    """Lag-1 autocorrelation of residuals, bias-corrected, in [0, 0.995]."""
     m = resid.size
     denom = float(resid @ resid)
     if m < 4 or denom <= 0:
@@ -159,8 +135,7 @@ def ar1(resid, margin=True):
         r1 += (1 + 3 * max(r1, 0.0)) / m
     # One standard error more: on short series the estimate is poor, and too
     # little autocorrelation makes every interval too narrow, both ways.
-    if margin:
-        r1 += math.sqrt(max(1.0 - r1 * r1, 0.0) / m)
+    r1 += math.sqrt(max(1.0 - r1 * r1, 0.0) / m)
     return min(max(r1, 0.0), 0.995)
 
 

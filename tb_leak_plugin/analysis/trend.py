@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from tb_leak_plugin.analysis._stats import ar1, diff_noise, inflations, median, regress, robust_sd, t_ppf, t_sf
+from tb_leak_plugin.analysis._stats import ar1, diff_noise, median, regress, robust_sd, t_ppf, t_sf, variance_inflation
 from tb_leak_plugin.analysis.policy import POLICY, Policy
 from tb_leak_plugin.units import format_quantity
 
@@ -293,8 +293,8 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     # not read as regime changes).
     starts = _segment(t, y, sd * sd, policy)
     resid = _segment_residuals(t, y, starts)
-    pooled = inflations(resid)
-    noise_var = max(robust_sd(resid), res / 2) ** 2 * pooled[0]
+    pooled = variance_inflation(resid)
+    noise_var = max(robust_sd(resid), res / 2) ** 2 * pooled
     starts = _segment(t, y, noise_var, policy)
     s = int(starts[-1])
     if s > 0:
@@ -318,7 +318,7 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
     (the fit, its columns, the readings, the readings a leak claim must survive)."""
     # The noise is one process throughout (the model's assumption): its
     # autocorrelation, estimated on every segment, bounds the current one's.
-    reg = regress([tt - tt[0]], yy, min_inflation=pooled[0])
+    reg = regress([tt - tt[0]], yy, min_inflation=pooled)
     readings = [(float(reg.beta[1]), float(reg.se[1]), float(reg.df))]
     cols = [tt - tt[0]]
     shift = _level_shift(tt, yy, noise_var, policy)
@@ -328,7 +328,7 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
         # stair: then it is read both ways, and each claim must hold under
         # both. A fall (a release) is only ever read besides.
         cols.append((np.arange(yy.size) >= shift).astype(np.float64))
-        reg = regress(cols, yy, min_inflation=pooled[0])
+        reg = regress(cols, yy, min_inflation=pooled)
         besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
         # A rise is a stair only where the series has risen in like steps
         # (within a factor of two) at least twice before.
@@ -342,7 +342,7 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
         # whenever a line through the others still has a residual to judge
         # it by (four heap walks at steps 0, 5, 14 and 249: a one-off rise
         # between the last two is not a trend).
-        last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled[0])
+        last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)
         leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
     return reg, cols, readings, leak_readings
 
