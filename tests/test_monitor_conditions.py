@@ -377,22 +377,6 @@ def test_numpy_arrays_made_from_tensors_count_their_bytes():
     del keeper
 
 
-def test_an_array_held_only_by_a_running_functions_local_is_counted():
-    """An array a loop re-binds to a bigger one each step is held by nothing
-    the collector lists: the scan reads the running functions' locals (the
-    calling thread's), and leaves no reference to them behind."""
-    probe = probes.LiveTensorsProbe()
-    before = _numpy_scan(probe)
-    preds = np.ones(1 << 17)  # 1 MiB, held by this local only
-    references = sys.getrefcount(preds)
-    after = _numpy_scan(probe)
-    assert after["leak/tensors/numpy_bytes"] - before["leak/tensors/numpy_bytes"] >= 1 << 20
-    if sys.gettrace() is None and sys.getprofile() is None:
-        # The locals' snapshot that reading them made is emptied again.
-        assert sys.getrefcount(preds) == references
-    del preds
-
-
 class _Batch:  # weak-referenceable
     pass
 
@@ -415,3 +399,43 @@ def test_a_heap_walk_keeps_no_local_of_the_loop_alive(tmp_path):
     assert monitor.stats()["units"]["heap"]["runs"] >= 8
     if sys.gettrace() is None and sys.getprofile() is None:
         assert alive_after_del == 0
+
+
+def test_reading_a_functions_locals_keeps_the_names_exec_stored():
+    """Reading a running function's locals (a leak trace's roots) takes its
+    own variables back out of the frame's snapshot, never a name exec()
+    stored there, which the program reads back with locals()."""
+    from tb_leak_plugin.capture import referrers
+
+    def step_fn(step):
+        exec("doubled = step * 2")
+        hops = referrers.running_locals()
+        assert any(hop["name"] == "step" for hop, _value in hops)
+        hops = None
+        return locals()["doubled"]
+
+    assert step_fn(21) == 42
+
+
+def test_a_local_array_is_named_for_growth_only_when_it_grew():
+    """The arrays traced as a memory leak's holder are the locals that grew
+    since the walk before and hold at least half the growth: a dataset loaded
+    once (however large) and a step's batch (however it changes) are not."""
+    import types
+
+    from tb_leak_plugin.capture import online
+
+    where = ("train.py:3", "train")
+    report = types.SimpleNamespace(series=[types.SimpleNamespace(
+        tag="leak/process/malloc_bytes", trend=types.SimpleNamespace(total_growth=8e6))])
+    culprit = types.SimpleNamespace(name="leak/process/malloc_bytes")
+    dataset, preds, batch = np.zeros(10_000_000), np.zeros(1_200_000), np.zeros(1000)
+
+    def hop(name):
+        return {"kind": "local", "where": where[0], "owner": where[1], "name": name}
+
+    now = [(hop("dataset"), dataset), (hop("preds"), preds), (hop("batch"), batch)]
+    before = {where + ("dataset",): dataset.nbytes, where + ("preds",): 600_000 * 8, where + ("batch",): 500 * 8}
+    assert [a is preds for a in online._growth_holding_arrays(culprit, report, now, before)] == [True]
+    # Without a reading before, nothing tells a grown array from a big one.
+    assert online._growth_holding_arrays(culprit, report, now, {}) == []

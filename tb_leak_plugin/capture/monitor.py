@@ -623,7 +623,8 @@ class Monitor:
                     costs[unit.name] = time.perf_counter() - started
             if walking:
                 started = time.perf_counter()
-                census = probes_lib.collect_objects()
+                census = probes_lib.collect_objects(
+                    read_locals=self._watch is not None and self._watch.wants_locals)
                 census.final = self._finalizing
                 census.step, census.wall_time = step, time.time()
                 census.spare_s = self._walk_spare_s(due, gc_s)

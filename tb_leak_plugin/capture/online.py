@@ -281,6 +281,14 @@ class LeakWatch:
         #: its next sample (once per run), or at close().
         self.wants_walk = False
         self._walk_asked = False
+        #: The run leaks and no holder is named yet: the next walks read the
+        #: running functions' locals (see _growth_holding_arrays). A clean
+        #: run's frames are never read.
+        self.wants_locals = False
+        # (where, name) -> bytes of the numpy arrays in those locals at the
+        # walk before, and at this one.
+        self._local_arrays: dict = {}
+        self._local_arrays_now: dict = {}
         self._ignored: set[int] = set()
         self._last_step, self._last_wall = 0, 0.0
         # (warning lines, report) told but not yet delivered (see deliver()).
@@ -348,6 +356,7 @@ class LeakWatch:
         self.wants_walk = False
         try:
             self._walks += 1
+            self._local_arrays, self._local_arrays_now = self._local_arrays_now, _local_arrays(census.local_hops)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
             self._mark(step, census)
@@ -358,8 +367,9 @@ class LeakWatch:
             # The last walk of a run with no trace yet: its analysis, and one
             # trace if it finds a leak, run whatever the budget has left
             # (FIRST_TRACE_S): who holds a leak is the answer the user needs.
-            owed = census.final and not self._held_by
-            if due and (owed or self._left() >= self.analysis_cost_s):
+            owed = not self._held_by and (census.final or (
+                census.local_hops is not None and not self._first_trace_owed_paid))
+            if owed or (due and self._left() >= self.analysis_cost_s):
                 self._analyse(step, wall_time, census, write)
             if pending:
                 extra = self._report_containers(pending, census)
@@ -642,6 +652,7 @@ class LeakWatch:
         self.last_report = report
         self._analysed_walks = self._walks
         self._stale = False
+        self.wants_locals = False
         if report.verdict != "leak":
             return
         traced_any = False
@@ -650,10 +661,11 @@ class LeakWatch:
         # type (live tensors by count and by bytes) share one trace.
         done_here: dict = {}
         deadline = self._deadline
-        if not self._held_by and not self._first_trace_owed_paid:
+        owed = not self._held_by and not self._first_trace_owed_paid
+        if owed:
             # A leaking run whose holder is still unnamed gets its one trace
-            # now, whatever the budget has left (see FIRST_TRACE_S).
-            self._first_trace_owed_paid = True
+            # now, whatever the budget has left (see FIRST_TRACE_S): paid
+            # when a trace runs (a walk with nothing to trace keeps it).
             self._deadline = max(deadline, time.perf_counter() + FIRST_TRACE_S * self.contention)
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
@@ -662,6 +674,7 @@ class LeakWatch:
             kind, instances = self._culprit_targets(culprit, census, report)
             if kind is None and not instances:
                 continue
+            self._first_trace_owed_paid = True
             live = len(instances)
             done = self._traced.get(key)
             if done is not None and (live < 2 * max(done[1], 1) or self._walks - done[0] < 4):
@@ -724,6 +737,13 @@ class LeakWatch:
             report = build_run_report(self.history.run_data(self.run_name, self._held_by))
             self.last_report = report
             self._stale = False
+        # Memory leaks and nothing named its holder: it may be an array a
+        # running function's local holds, read at the next walks (and now,
+        # the first time, as what they grow from: before this walk listed
+        # the objects no frame had a snapshot its list could hold).
+        self.wants_locals = memory is not None and not self._held_by and not census.final
+        if self.wants_locals and census.local_hops is None and not self._local_arrays_now:
+            self._local_arrays_now = _local_arrays(referrers.running_locals())
         self._tell(report)
 
     def _culprit_targets(self, culprit, census, report=None):
@@ -733,7 +753,7 @@ class LeakWatch:
         holds most of their growth (see _growth_holding_arrays)."""
         if (culprit.kind == "tensors" and "numpy_bytes" in culprit.name) or \
                 (culprit.kind == "series" and culprit.unit == "bytes"):
-            return None, _growth_holding_arrays(culprit, report, census.local_hops or ())
+            return None, _growth_holding_arrays(culprit, report, census.local_hops or (), self._local_arrays)
         if culprit.kind == "retracing":
             # The named tf.function; for the eager context's library growing,
             # the tf.functions traced most often.
@@ -969,21 +989,34 @@ def _item_kind(container) -> str | None:
         return None
 
 
-def _growth_holding_arrays(culprit, report, local_hops) -> list:
-    """The arrays in running functions' locals that each hold at least half
-    of the growth of the culprit's series (numpy bytes, or memory) over its
-    current segment (at most three):
-    one array a loop re-binds to a bigger one each step
+def _local_arrays(local_hops) -> dict:
+    """(where, name) -> bytes of the numpy arrays among the locals read."""
+    ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
+    if ndarray is None or not local_hops:
+        return {}
+    return {(hop.get("where"), hop.get("owner"), hop.get("name")): int(value.nbytes)
+            for hop, value in local_hops if type(value) is ndarray}
+
+
+def _growth_holding_arrays(culprit, report, local_hops, before: dict) -> list:
+    """The arrays in running functions' locals that grew since the walk
+    before (by the variable's name: a loop re-binds it to a new, bigger
+    array each step) and each hold at least half of the growth of the
+    culprit's series (numpy bytes, or memory) over its current segment (at
+    most three): one array a loop re-binds to a bigger one each step
     (`preds = np.concatenate((preds, logits))`) is held by nothing the
-    collector lists, so no growing container names it. A step's own batch
-    holds a sliver of the growth and is never traced as the holder."""
+    collector lists, so no growing container names it. A dataset loaded once
+    does not grow, and a step's own batch holds a sliver of the growth:
+    neither is traced as the holder."""
     ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
     series = next((r for r in (report.series if report is not None else ())
                    if r.tag == culprit.name and r.trend is not None), None)
-    if ndarray is None or series is None or not series.trend.total_growth > 0:
+    if ndarray is None or series is None or not series.trend.total_growth > 0 or not before:
         return []
     bar = 0.5 * float(series.trend.total_growth)
-    arrays = [value for _hop, value in local_hops if type(value) is ndarray and value.nbytes >= bar]
+    arrays = [value for hop, value in local_hops
+              if type(value) is ndarray and value.nbytes >= bar
+              and value.nbytes > before.get((hop.get("where"), hop.get("owner"), hop.get("name")), math.inf)]
     arrays.sort(key=lambda array: -array.nbytes)
     return arrays[:3]
 

@@ -427,17 +427,19 @@ def _count_by_type_id(objects) -> collections.Counter:
     return counts
 
 
-def collect_objects() -> Census:
-    """A census over every object the garbage collector tracks, and the
-    values of the running functions' locals (which the collector does not
-    list). Release it promptly.
+def collect_objects(read_locals: bool = False) -> Census:
+    """A census over every object the garbage collector tracks; with
+    ``read_locals``, also the running functions' locals (which the collector
+    does not list; see ``referrers.running_locals``). Release it promptly.
 
     The locals are read first: reading them fills a snapshot dict cached on
-    each frame (before Python 3.13), which is emptied again only while
-    nothing else holds it, and a list of every tracked object would."""
-    from tb_leak_plugin.capture import referrers
+    each frame (before Python 3.13), whose entries are taken out again only
+    while nothing else holds it, and a list of every tracked object would."""
+    local_hops = None
+    if read_locals:
+        from tb_leak_plugin.capture import referrers
 
-    local_hops = referrers.running_locals()
+        local_hops = referrers.running_locals()
     return Census(gc.get_objects(), local_hops)
 
 
@@ -807,15 +809,14 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
     del others
     referents.extend(itertools.chain.from_iterable(map(dict.values, dicts)))
     del dicts
-    # The running functions' locals: the collector does not list a running
-    # frame's locals, and an array a loop re-binds to a bigger one each step
-    # (`preds = np.concatenate((preds, logits))`) is held by nothing else.
-    # Read as the leak traces read them, before the census listed the
-    # objects (see collect_objects).
-    referents.extend(value for _hop, value in census.local_hops or ())
     # Arrays in tuples (`history.append((step, array))`), and in dicts that
     # hold only untracked objects (the collector untracks those), sit one or
     # two levels down: look inside the tuples and untracked dicts found.
+    # (An array held only by a running function's local variable is not
+    # reachable this way: the collector does not list running frames' locals,
+    # and reading them at every walk would touch every clean run's frames;
+    # the leak watch reads them in a run that leaks, see
+    # online._growth_holding_arrays.)
     arrays, hidden = _split_referents(referents, ndarray)
     del referents
     for _level in range(_UNTRACKED_DEPTH):

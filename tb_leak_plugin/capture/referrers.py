@@ -351,7 +351,12 @@ def _read_locals(frame, clear: bool = True) -> list:
         # References: the frame's, `snapshot`, getrefcount's argument.
         if clear and _SNAPSHOT_LOCALS and type(snapshot) is dict and frame.f_code.co_flags & _CO_OPTIMIZED \
                 and sys.getrefcount(snapshot) <= 3:
-            snapshot.clear()
+            # Only the function's own variables: a name that exec() stored
+            # lives in this dict alone, and the program reads it back with
+            # locals().
+            code = frame.f_code
+            for name in code.co_varnames + code.co_cellvars + code.co_freevars:
+                dict.pop(snapshot, name, None)
         snapshot = None
 
 
