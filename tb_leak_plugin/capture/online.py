@@ -106,6 +106,12 @@ FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
 # all, once per run (one trace of a container costs a pass of the heap per
 # hop of its path: tens of milliseconds on a TensorFlow heap).
 CONTAINER_OVERDRAFT_S = FIRST_TRACE_S
+# Walks that read the running functions' locals (a leaking run with no holder
+# named: see LeakWatch.wants_locals) run their analysis whatever the budget
+# has left at most this many times per run: an array that grew is told from
+# one that did not by two readings, and the trace then runs while the loop's
+# frames are alive.
+LOCALS_ANALYSES = 2
 # The trace caps above are seconds of the monitor's own work, as its allowance
 # is: on a machine where other processes take the cores, a trace's search
 # takes more wall time for the same levels (a cap in wall seconds found
@@ -289,6 +295,7 @@ class LeakWatch:
         # walk before, and at this one.
         self._local_arrays: dict = {}
         self._local_arrays_now: dict = {}
+        self._locals_analyses = 0
         self._ignored: set[int] = set()
         self._last_step, self._last_wall = 0, 0.0
         # (warning lines, report) told but not yet delivered (see deliver()).
@@ -368,7 +375,10 @@ class LeakWatch:
             # trace if it finds a leak, run whatever the budget has left
             # (FIRST_TRACE_S): who holds a leak is the answer the user needs.
             owed = not self._held_by and (census.final or (
-                census.local_hops is not None and not self._first_trace_owed_paid))
+                census.local_hops is not None and not self._first_trace_owed_paid
+                and self._locals_analyses < LOCALS_ANALYSES))
+            if owed and not census.final:
+                self._locals_analyses += 1
             if owed or (due and self._left() >= self.analysis_cost_s):
                 self._analyse(step, wall_time, census, write)
             if pending:
