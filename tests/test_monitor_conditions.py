@@ -236,8 +236,17 @@ class _Evil(str):
         raise RuntimeError("no formatting for you")
 
 
+class _HashRaises(type):
+    def __hash__(cls):
+        raise RuntimeError("no hashing for you")
+
+
+class _Unhashed(metaclass=_HashRaises):
+    pass
+
+
 def test_hostile_classes_do_not_switch_the_census_off(tmp_path, caplog):
-    instances = [_Weird() for _ in range(50)]
+    instances = [_Weird() for _ in range(50)] + [_Unhashed() for _ in range(5)]
     _BadModule.__module__ = _Evil("evil")
     bad = [_BadModule() for _ in range(50)]
     with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):

@@ -335,10 +335,11 @@ class Census:
         if self._by_type is None:
             try:
                 self._by_type = collections.Counter(self.kinds())
-            except TypeError:
+            except Exception:
                 # A metaclass that defines __eq__ without __hash__ makes its
-                # classes unhashable: count by the type's id, then leave out
-                # the types that cannot be keys (they cannot be named stably).
+                # classes unhashable (and one whose __hash__ raises, anything
+                # else): count by the type's id, then leave out the types
+                # that cannot be keys (they cannot be named stably).
                 self._unhashable = True
                 self._by_type = _count_by_type_id(self.objects)
         return self._by_type
@@ -421,7 +422,7 @@ def _count_by_type_id(objects) -> collections.Counter:
         kind = kinds[key]
         try:
             hash(kind)
-        except TypeError:
+        except Exception:
             continue
         counts[kind] += count
     return counts
