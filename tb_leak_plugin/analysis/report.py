@@ -147,12 +147,13 @@ def _released_by_program(series: Series, collected: Series | None) -> bool:
     garbage explains is no leak) or because the program let go of its data
     when the loop returned, before close(). Only the second is a release
     left out: where that collection found no more unreachable objects than
-    some walk before it did."""
-    if collected is None or len(collected) < 2 or not len(series):
+    some walk of the training before it did (the first walk's collection
+    finds the set-up's garbage: imports, a model built; not the loop's)."""
+    if collected is None or len(collected) < 3 or not len(series):
         return False
     if float(collected.steps[-1]) != float(series.steps[-1]):
         return False  # the last memory sample does not follow the last walk
-    earlier = collected.values[:-1]
+    earlier = collected.values[1:-1]
     earlier = earlier[np.isfinite(earlier)]
     last = float(collected.values[-1])
     return bool(earlier.size and np.isfinite(last) and last <= float(np.max(earlier)))
