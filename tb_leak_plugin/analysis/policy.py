@@ -104,11 +104,12 @@ class Policy:
     sawtooth_resets: int = 3
     # ... and a reset drops by at least this share of the series' range.
     reset_range_share: float = 0.05
-    # ... and empties what filled: the series rose, since the reset before,
-    # by at least this share of what the reset drops. Drops with nothing
-    # refilled between them (RSS stepping down as the allocator hands pages
-    # back: 4, 0.9 and 1.8 MiB in a flat clean run) are not a buffer's
-    # cycles, and a floor line through them said nothing for 7,000 steps.
+    # ... and empties what filled: between resets the series rose by at
+    # least this share of what they drop (over the cycles together). Drops
+    # with nothing refilled between them (RSS stepping down as the allocator
+    # hands pages back: 4, 0.9 and 1.8 MiB in a flat clean run) are not a
+    # buffer's cycles, and a floor line through them said nothing for 7,000
+    # steps.
     refill_share: float = 0.5
     # The samples after a sawtooth's last floor ride its ramp, above the
     # floor line. When half of them lie this many of its noise sd below it,

@@ -465,15 +465,18 @@ def _resets(y, unit, policy) -> np.ndarray:
     # before was is the end of a spike: neither is a reset.
     rebound = np.r_[d, 0.0][drops + 1] > 0.5 * np.abs(d[drops])
     undone = y[drops + 1] > y[np.maximum(drops - 1, 0)] - bar
-    # A reset empties what filled: the cycle before it rose by a part of
-    # what it drops. Drops with nothing refilled between them are a series
-    # stepping down (an allocator handing pages back), not a buffer's cycles.
-    out, start = [], 0
-    for i in drops[~rebound & ~undone].tolist():
-        if float(y[i] - np.min(y[start:i + 1])) >= policy.refill_share * float(y[i] - y[i + 1]):
-            out.append(i)
-        start = i + 1
-    return np.asarray(out, dtype=int)
+    resets = drops[~rebound & ~undone]
+    # A reset empties what filled: between resets the series refills a part
+    # of what they drop (counted over the cycles together: a cycle sampled
+    # twice may show little of its ramp). Drops with nothing refilled between
+    # them are a series stepping down (an allocator handing pages back), not
+    # a buffer's cycles. (Before the first reset lies the warm-up.)
+    if resets.size >= 2:
+        refilled = sum(float(y[b] - np.min(y[a + 1:b + 1])) for a, b in zip(resets[:-1], resets[1:]))
+        dropped = float(np.sum(y[resets[1:]] - y[resets[1:] + 1]))
+        if refilled < policy.refill_share * dropped:
+            return resets[:1]
+    return resets
 
 
 def _segment(t, y, noise_var, policy, max_segments=None) -> np.ndarray:
