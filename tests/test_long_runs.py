@@ -123,7 +123,7 @@ def test_a_three_day_run_writes_under_50_mb(tmp_path, monkeypatch):
             sim.advance(0.2)
             return [(info, 1000.0 + k) for k, info in enumerate(self.infos)]
 
-    monkeypatch.setattr(probes_lib, "collect_objects", lambda: probes_lib.Census([]))
+    monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
     logdir = str(tmp_path)
     monitor = _simulate(logdir, 3 * 86400.0, 1.0, sim=sim, probes=[Cheap(), Heap()],
                         census_collects_garbage=False)
