@@ -92,11 +92,13 @@ MIN_TRACE_S = 0.02
 # measured (seconds; the first culprit is often confirmed only there).
 FINAL_TRACE_S = 0.25
 # A run that leaks and has no trace yet gets one trace of up to TRACE_CAP_S at
-# the first walk that finds the leak, or else at its last walk, even when the
-# budget is spent (it is the answer the user needs): the monitor's time may
-# exceed its budget by this much, once. The first walk that finds it, because
-# by the last the loop's function may have returned and what held the leak
-# in its locals be gone (an array re-bound to a bigger one each step).
+# the first walk that has something to trace, and one more at its last walk
+# if none named a holder, even when the budget is spent (it is the answer the
+# user needs): the monitor's time may exceed its budget by this much, twice.
+# The first walk that finds it, because by the last the loop's function may
+# have returned and what held the leak in its locals be gone (an array
+# re-bound to a bigger one each step); the last, because a trace cut short
+# on a loaded machine names nothing.
 FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
 # A container that grew at every one of GROWING_WALKS walks, by items per
 # step, is traced when it is seen, not when the run ends: by then the loop's
@@ -671,7 +673,7 @@ class LeakWatch:
         # type (live tensors by count and by bytes) share one trace.
         done_here: dict = {}
         deadline = self._deadline
-        owed = not self._held_by and not self._first_trace_owed_paid
+        owed = not self._held_by and (census.final or not self._first_trace_owed_paid)
         if owed:
             # A leaking run whose holder is still unnamed gets its one trace
             # now, whatever the budget has left (see FIRST_TRACE_S): paid
