@@ -205,21 +205,6 @@ CASES = [
 
 
 
-def loop_concat_local(logdir, seen):
-    # One array re-bound to a bigger one each step (an evaluation loop that
-    # concatenates every batch's logits): no container grows, no count grows,
-    # and only a running function's local holds it.
-    preds = None
-    monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor, seen):
-        logits = np.full((4, 512), float(step), dtype=np.float32)
-        preds = logits if preds is None else np.concatenate((preds, logits))
-        _pause()
-        monitor.sample(step)
-    monitor.close()
-    return monitor
-
-
 def loop_bounded(logdir, seen):
     window = []
     monitor = Monitor(str(logdir), on_leak=seen.append)

@@ -58,7 +58,6 @@ CASES = [
     ("loop_arrays_in_tuples", "loop_arrays_in_tuples() local `batches`"),
     ("loop_model_returned", "Model.activations"),
     ("loop_memo_closure", "`cache`"),
-    ("loop_concat_local", "loop_concat_local() local `preds`"),
 ]
 LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 
