@@ -114,6 +114,12 @@ CONTAINER_OVERDRAFT_S = FIRST_TRACE_S
 # one that did not by two readings, and the trace then runs while the loop's
 # frames are alive.
 LOCALS_ANALYSES = 2
+# A local array is named as the holder of a series' growth only when it holds
+# at least this share of the growth over the series' current segment (the
+# array that accumulates a leak holds nearly all of it; a step's batch a
+# sliver), and at most this many such arrays are traced.
+LOCAL_ARRAY_GROWTH_SHARE = 0.5
+LOCAL_ARRAYS_TRACED = 3
 # The trace caps above are seconds of the monitor's own work, as its allowance
 # is: on a machine where other processes take the cores, a trace's search
 # takes more wall time for the same levels (a cap in wall seconds found
@@ -1025,12 +1031,12 @@ def _growth_holding_arrays(culprit, report, local_hops, before: dict) -> list:
                    if r.tag == culprit.name and r.trend is not None), None)
     if ndarray is None or series is None or not series.trend.total_growth > 0 or not before:
         return []
-    bar = 0.5 * float(series.trend.total_growth)
+    bar = LOCAL_ARRAY_GROWTH_SHARE * float(series.trend.total_growth)
     arrays = [value for hop, value in local_hops
               if type(value) is ndarray and value.nbytes >= bar
               and value.nbytes > before.get((hop.get("where"), hop.get("owner"), hop.get("name")), math.inf)]
     arrays.sort(key=lambda array: -array.nbytes)
-    return arrays[:3]
+    return arrays[:LOCAL_ARRAYS_TRACED]
 
 
 def _not_marked(instances: list, marked: np.ndarray) -> list:
