@@ -1,6 +1,6 @@
 """Long jobs: how much the monitor writes, and what TensorBoard and the CLI pay to read it.
 
-    python benchmarks/bench_long_runs.py [--quick] [--skip-tensorboard] [--only-old-run] [--keep DIR]
+    python benchmarks/bench_long_runs.py [--quick] [--skip-tensorboard] [--only-old-run] [--fleet N] [--keep DIR]
                                          [--tensorboard-python PY]
 
 1. Simulated runs at defaults (every default probe, the 1% budget, real
@@ -9,7 +9,10 @@
    Prints points per series (cheap counters, heap walks), series and event
    file bytes; target: the 3-day run under 50 MB.
 2. ``tb-leak analyze`` of a logdir holding those runs: wall time and peak
-   memory of the CLI process.
+   memory of the CLI process. Then a logdir of 100 such runs (50 copies of
+   each): its size, ``tb-leak analyze`` on it (time, peak memory), and a
+   real ``tensorboard`` on it in both ``--load_fast`` modes (peak RSS, seconds
+   to the first report of the last run, verdicts equal to the CLI's).
 3. A logdir with one run of 10 series x 520,000 points (``--quick``:
    52,000), written with the package's ``EventWriter`` as the monitor wrote
    before its schedule grew with sqrt(T) (one point of every series per
@@ -228,6 +231,44 @@ def tensorboard(logdir: str, run: str, load_fast: bool, last_step: int | None, t
     return out
 
 
+def fleet_report(root: str, new_logdir: str, names: list, args, check) -> None:
+    """A logdir of ``args.fleet`` runs, copies of the simulated ones in turn:
+    size, ``tb-leak analyze`` and TensorBoard (both modes) on it."""
+    fleet = os.path.join(root, f"fleet-{args.fleet}")
+    if not os.path.isdir(fleet):
+        for i in range(args.fleet):
+            source = names[i * len(names) // args.fleet]
+            shutil.copytree(os.path.join(new_logdir, source), os.path.join(fleet + ".partial", f"{source}_{i:03d}"))
+        os.replace(fleet + ".partial", fleet)
+    size = _dir_bytes(fleet)
+    result = cli_analyze(fleet)
+    runs = result["report"]["runs"]
+    counts = {}
+    for run in runs:
+        counts[run["verdict"]] = counts.get(run["verdict"], 0) + 1
+    print(f"  a logdir of {len(runs)} such runs ({size / 1e6:.0f} MB): tb-leak analyze {result['wall_s']:.1f} s, "
+          f"peak {result['peak_mb']:.0f} MB, verdicts {counts}")
+    check(f"{len(runs)} runs listed by tb-leak analyze", len(runs) == args.fleet)
+    if args.skip_tensorboard:
+        return
+    last = sorted(runs, key=lambda run: run["run"])[-1]
+    last_step = max(s["last_step"] for s in last["series"])
+    for load_fast in (False, True):
+        row = tensorboard(fleet, last["run"], load_fast, last_step, settle_s=20.0 if args.quick else 60.0,
+                          python=args.tensorboard_python)
+        mode = f"--load_fast={'true' if load_fast else 'false'}"
+        ready = row["ready_s"] or float("nan")
+        complete = row["complete_s"]
+        print(f"   {mode} on {len(runs)} runs: peak RSS {row['peak_mb']:.0f} MB "
+              f"({row['peak_at_report_mb']:.0f} MB up to the report), ready {ready:.1f} s, report of "
+              f"{last['run']} {(complete - ready) if complete is not None else float('nan'):.1f} s after ready, "
+              f"verdict {row['report'].get('verdict') if row['report'] else None} (CLI: {last['verdict']})")
+        check(f"{mode} on {len(runs)} runs: report within {TB_REPORT_TARGET_S:.0f} s of ready",
+              complete is not None and complete - ready <= TB_REPORT_TARGET_S)
+        check(f"{mode} on {len(runs)} runs: the tab's verdicts equal the CLI's",
+              row["report"] is not None and _verdicts(row["report"]) == _verdicts(last))
+
+
 def _verdicts(report: dict) -> tuple:
     return report.get("verdict"), {s["tag"]: s.get("verdict") for s in report.get("series", [])}
 
@@ -236,6 +277,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 h / 6 h runs, 52,000 old points")
     parser.add_argument("--skip-tensorboard", action="store_true")
+    parser.add_argument("--fleet", type=int, default=100, help="runs in the many-run logdir (0: skip it)")
     parser.add_argument("--only-old-run", action="store_true", help="skip the simulated runs (1. and 2.)")
     parser.add_argument("--tensorboard-python", default=None,
                         help="run tensorboard with this interpreter (an environment with tensorboard and tb-leak "
@@ -273,6 +315,8 @@ def main(argv=None) -> int:
             result = cli_analyze(new_logdir)
             verdicts = {run["run"]: run["verdict"] for run in result["report"]["runs"]}
             print(f"  {result['wall_s']:.2f} s, peak {result['peak_mb']:.0f} MB, verdicts {verdicts}")
+            if args.fleet:
+                fleet_report(root, new_logdir, [name for name, _ in runs], args, check)
 
         old_points = OLD_POINTS // 10 if args.quick else OLD_POINTS
         old_logdir = os.path.join(root, f"old-{old_points}")
