@@ -77,10 +77,12 @@ class Policy:
     # Segmentation runs on at most this many block means (bounded cost);
     # the final segment's slope is then fitted on the finer blocks.
     segment_points: int = 256
-    # The current (last) segment spans at least this share of the run: the
-    # growth a user asks about is the run's recent trend, not the slope of
-    # the last stair of a staircase; a one-off step near the end is allowed
-    # for by the step the segment may carry (see trend._fit_current).
+    # The current (last) segment spans at least this share of the run's
+    # steps: the growth a user asks about is the run's recent trend, not the
+    # slope of the last stair of a staircase; a one-off step near the end is
+    # allowed for by the step the segment may carry (see trend._fit_current).
+    # Steps, not points: the monitor spaces its points further apart as the
+    # run ages, so a third of the points can reach back over most of it.
     final_share: float = 0.33
     # Where the current segment starts is uncertain: this share of its first
     # points is left out of its slope, so that the end of the regime before
@@ -90,7 +92,9 @@ class Policy:
     # more is noise being fitted.
     max_segments: int = 12
     # Every segment but the first has at least this many points (a slope needs
-    # a few); the first may be a single baseline sample.
+    # a few); the first may be a single baseline sample. The current segment
+    # too, however short the series: a line through the last two of five heap
+    # walks is exact, with no noise left to judge it by.
     min_segment: int = 4
     # Long series are reduced to 512-1,023 block medians before fitting:
     # bounded cost whatever the length, and spikes are defused.

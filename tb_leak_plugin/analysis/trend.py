@@ -292,11 +292,18 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     # around that segmentation, widened by its autocorrelation (wander must
     # not read as regime changes).
     starts = _segment(t, y, sd * sd, policy)
-    resid = _segment_residuals(t, y, starts)
+    # The noise is read around the model the current segment is fitted with:
+    # a one-off shift inside it (which no split may cut off there, see
+    # final_share) is part of that model, not wander.
+    last = int(starts[-1])
+    shift = _level_shift(t[last:], y[last:], sd * sd, policy)
+    resid = _segment_residuals(t, y, np.union1d(starts, [last + shift]) if shift else starts)
     pooled = variance_inflation(resid)
     noise_var = max(robust_sd(resid), res / 2) ** 2 * pooled
     starts = _segment(t, y, noise_var, policy)
-    s = int(starts[-1])
+    # The current segment has at least min_segment points, however short
+    # the series (a slope through two heap walks has no noise to judge it by).
+    s = min(int(starts[-1]), max(y.size - policy.min_segment, 0))
     if s > 0:
         # Where a segment starts is uncertain by a few points: its first
         # points may still belong to the regime before (a ramp's end, a
@@ -325,8 +332,8 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
     if shift:
         # One level shift inside the segment: growth is read besides it. A
         # rise in a series that has risen in steps before may be one more
-        # stair: then it is read both ways, and each claim must hold under
-        # both. A fall (a release) is only ever read besides.
+        # stair: then it is read both ways. A fall (a release) is only ever
+        # read besides.
         cols.append((np.arange(yy.size) >= shift).astype(np.float64))
         reg = regress(cols, yy, min_inflation=pooled)
         besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
@@ -334,16 +341,22 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
         # (within a factor of two) at least twice before.
         size = float(reg.beta[2])
         stairs = size > 0 and sum(0.5 * size < r < 2.0 * size for r in _rises(t, y, starts)) >= 2
+        # Each claim must hold under the reading least favourable to it: a
+        # leak besides the shift (the least growth the data allow), no leak
+        # also with the rise read as one more stair (the most).
+        leak_readings = [besides]
         readings = [besides] + (readings if stairs else [])
-    leak_readings = list(readings)
+    else:
+        leak_readings = list(readings)
     if yy.size - 1 > len(cols):
-        # A leak must not rest on one sample: the last, whose leverage is the
+        # No claim may rest on one sample: the last, whose leverage is the
         # largest (heap walks early and one at close), is left out once,
         # whenever a line through the others still has a residual to judge
         # it by (four heap walks at steps 0, 5, 14 and 249: a one-off rise
         # between the last two is not a trend).
         last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)
         leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
+        readings = readings + [leak_readings[-1]]
     return reg, cols, readings, leak_readings
 
 
@@ -479,7 +492,7 @@ def _resets(y, unit, policy) -> np.ndarray:
     return resets
 
 
-def _segment(t, y, noise_var, policy, max_segments=None) -> np.ndarray:
+def _segment(t, y, noise_var, policy, max_segments=None, final_share=None) -> np.ndarray:
     """Start indices (into t) of the segments of a partition into lines:
     binary segmentation on block means, a split kept when it lowers the
     residual sum of squares by more than the penalty."""
@@ -506,8 +519,11 @@ def _segment(t, y, noise_var, policy, max_segments=None) -> np.ndarray:
         # series may be a short baseline (samples before the loop warmed up).
         # The current segment keeps a share of the run: a trend is a trend
         # over a stretch, not over the last few points after a stair.
-        tail = int(policy.final_share * m) if b == m else L
-        cuts = np.arange(1 if a == 0 else a + L, b - max(tail, L) + 1)
+        # The share is of the run's steps, not of its points: the schedule
+        # spaces points further apart as the run ages.
+        share = policy.final_share if final_share is None else final_share
+        hi = b - L if b < m else min(b - L, int(np.searchsorted(x, 1.0 - share, side="right")) - 1)
+        cuts = np.arange(1 if a == 0 else a + L, hi + 1)
         if cuts.size == 0:
             continue
         gain = _sse(cums, a, b) - _sse(cums, a, cuts) - _sse(cums, cuts, b)
