@@ -492,7 +492,7 @@ def _resets(y, unit, policy) -> np.ndarray:
     return resets
 
 
-def _segment(t, y, noise_var, policy, max_segments=None, final_share=None) -> np.ndarray:
+def _segment(t, y, noise_var, policy, max_segments=None) -> np.ndarray:
     """Start indices (into t) of the segments of a partition into lines:
     binary segmentation on block means, a split kept when it lowers the
     residual sum of squares by more than the penalty."""
@@ -521,8 +521,7 @@ def _segment(t, y, noise_var, policy, max_segments=None, final_share=None) -> np
         # over a stretch, not over the last few points after a stair.
         # The share is of the run's steps, not of its points: the schedule
         # spaces points further apart as the run ages.
-        share = policy.final_share if final_share is None else final_share
-        hi = b - L if b < m else min(b - L, int(np.searchsorted(x, 1.0 - share, side="right")) - 1)
+        hi = b - L if b < m else min(b - L, int(np.searchsorted(x, 1.0 - policy.final_share, side="right")) - 1)
         cuts = np.arange(1 if a == 0 else a + L, hi + 1)
         if cuts.size == 0:
             continue
