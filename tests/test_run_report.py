@@ -116,6 +116,23 @@ def test_a_container_of_atomic_items_carries_python_blocks_growing_as_fast():
     assert "no object type, tensor or container grows" in report.reason
 
 
+def test_a_record_class_ranks_above_the_builtin_dicts_and_lists_it_is_made_of():
+    # A graph's Operations accumulate (one retraced function an epoch) and
+    # so do the dicts and lists inside them, faster: the class is where the
+    # leak accumulates, its parts come after it.
+    steps = np.arange(2000)
+    rng = np.random.default_rng(5)
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 2e8 + 9e3 * steps + rng.normal(0, 1e4, 2000))
+    census = np.array([0, 250, 600, 1000, 1400, 1800, 1999])
+    series = [malloc, _available(steps)]
+    for name, rate in (("builtins.list", 5.7), ("builtins.dict", 2.8), ("tensorflow.python.framework.ops.Operation", 2.7)):
+        series.append(_series("objects", "live_count", "count", census, 1e4 + rate * census, subject=name))
+    report = build_run_report(_run(*series))
+    assert report.verdict == "leak", report.reason
+    names = [c.name for c in report.culprits if c.kind == "object_type"]
+    assert names[0] == "tensorflow.python.framework.ops.Operation", names
+
+
 def test_allocator_bytes_growing_alone_is_a_native_leak():
     steps = np.arange(500)
     rng = np.random.default_rng(3)

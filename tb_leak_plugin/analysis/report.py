@@ -476,8 +476,11 @@ _KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "runtime": 1, "object_type":
 
 
 # Hints that name a specific TensorFlow cause rank above those that only say
-# "a container grows" or "something grows".
-_HINT_SPECIFICITY = {"python_container": 1, "objects_generic": 2, None: 3}
+# "something grows", and a class (the program's, a library's) above a
+# built-in container: when a record class and the dicts and lists inside it
+# grow together, the record is where they accumulate (a graph's Operations,
+# a mock's recorded calls), its dicts and lists are its parts.
+_HINT_SPECIFICITY = {"objects_generic": 1, "python_container": 2, None: 3}
 
 
 def _culprit_rank(culprit: Culprit):
