@@ -11,8 +11,8 @@ take only what the budget has free at that walk.
 
 The budget is 1% of the training time so far plus an allowance of 2 s per
 run that is released over the first seconds of training (half of it after
-0.5 s, 80% after 2 s): a 2-second repro gets a handful of heap walks, a
-3-day job stays at 1%. The allowance is seconds of the monitor's own work:
+4 s, 80% after 16 s): a 3-second repro gets three or four heap walks, a
+30-second one has them spread over its length, a 3-day job stays at 1%. The allowance is seconds of the monitor's own work:
 on a contended machine it is scaled by the contention the heap walks measure
 (see MAX_CONTENTION). So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
@@ -84,9 +84,21 @@ DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "runtime_stat
                   "tf_function", "tf_graphs_held")
 
 # The fixed allowance (seconds of monitor time per run) is released over
-# training time t as allowance * t / (t + ALLOWANCE_HALF_S).
+# training time t as allowance * t / (t + ALLOWANCE_HALF_S). It pays for
+# about five heap walks of a TensorFlow heap (0.2-0.3 s each, the final one
+# at close() foreseen at twice that). The length of the run is unknown when
+# they are spent: released in the first half second, all of them fell in
+# the first 2 s of any run, and a 10-60 s run (the length of most repros)
+# was seen again only at close(), its last part (the current segment the
+# analysis judges) by one walk. Released over seconds, they spread over
+# such a run (TensorFlow heap: walks at about 0, 1.4, 2.8, 5, 9 s), and a
+# 3-second repro still gets three or four. The cheap counters (about 1 ms
+# a point, 15% of the budget) are not spread this way: their points are
+# spaced by their own rule (_CHEAP_POINTS_PER_E_FOLD), and a short run
+# needs them dense from its first second (CHEAP_ALLOWANCE_HALF_S).
 DEFAULT_ALLOWANCE_S = 2.0
-ALLOWANCE_HALF_S = 0.5
+ALLOWANCE_HALF_S = 4.0
+CHEAP_ALLOWANCE_HALF_S = 0.5
 # The allowance is seconds of the monitor's own work: on a machine where
 # other processes take the cores, a heap walk's wall time grows by their
 # share (2.2x at a load of 4.5 on 2 cores), and an allowance counted in wall
@@ -106,9 +118,9 @@ MAX_CONTENTION = 4.0
 # _CHEAP_POINTS_PER_SQRT_S in long ones. The heap walk is the most
 # informative and the most expensive group.
 _GROUPS = {
-    "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0},
-    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05},
-    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05},
+    "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0, "half_s": CHEAP_ALLOWANCE_HALF_S},
+    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05, "half_s": ALLOWANCE_HALF_S},
+    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05, "half_s": ALLOWANCE_HALF_S},
 }
 # The cheap counters wait, between points at training time t since their
 # first run, the shorter of t/N (N = _CHEAP_POINTS_PER_E_FOLD) and 2*sqrt(t)/K
@@ -156,9 +168,11 @@ class _Unit:
 
     __slots__ = ("name", "probes", "share", "spread", "min_gap_s", "min_steps", "cost_s", "spent_s",
                  "due_train_s", "last_step", "last_train_s", "first_train_s", "runs", "needs_objects",
-                 "points_per_sqrt_s")
+                 "points_per_sqrt_s", "half_s")
 
-    def __init__(self, name, probes, share, spread, min_gap_s, min_steps, points_per_sqrt_s=None):
+    def __init__(self, name, probes, share, spread, min_gap_s, min_steps, points_per_sqrt_s=None,
+                 half_s=ALLOWANCE_HALF_S):
+        self.half_s = half_s
         self.name = name
         self.probes = probes
         self.share = share
@@ -191,7 +205,7 @@ class _Unit:
         # The allowance is released from the first sample on (the set-up
         # before it counts towards the 1% only).
         paid = loop_start_s + _train_time_paying(self.share, budget, allowance_s,
-                                                 need - self.share * budget * loop_start_s)
+                                                 need - self.share * budget * loop_start_s, self.half_s)
         with_final = ((need + reserve) / self.share - allowance_s) / budget
         paid = max(paid, with_final)
         # Spacing grows with the training time since the unit's first run (the
@@ -210,18 +224,27 @@ class _Unit:
         self.due_train_s = max(paid, spaced)
 
 
-def _train_time_paying(share, budget, allowance_s, need_s) -> float:
-    """Training time T at which share * (budget*T + allowance*T/(T+H)) reaches need_s."""
+def _train_time_paying(share, budget, allowance_s, need_s, half_s=ALLOWANCE_HALF_S) -> float:
+    """Training time T at which share * (budget*T + allowance*T/(T+H)) reaches need_s (H: ``half_s``)."""
     need = need_s / share
     if need <= 0:
         return 0.0
-    h = ALLOWANCE_HALF_S
+    h = half_s
     # budget*T^2 + (budget*H + allowance - need)*T - need*H = 0, positive root.
     b = budget * h + allowance_s - need
     disc = b * b + 4.0 * budget * need * h
     if b > 0:  # the same root, without cancellation when need is small
         return 2.0 * need * h / (b + math.sqrt(disc))
     return (-b + math.sqrt(disc)) / (2.0 * budget)
+
+
+def _released(units, loop_s: float) -> float:
+    """The share of the allowance released after ``loop_s`` seconds of the
+    loop: each group's part of it on the group's own time scale."""
+    total = sum(u.share for u in units)
+    if total <= 0:
+        return loop_s / (loop_s + ALLOWANCE_HALF_S)
+    return sum(u.share * loop_s / (loop_s + u.half_s) for u in units) / total
 
 
 class Monitor:
@@ -343,7 +366,7 @@ class Monitor:
         self._units = [
             _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spread"],
                   _GROUPS[name]["min_gap_s"], min_steps,
-                  _CHEAP_POINTS_PER_SQRT_S if name == "cheap" else None)
+                  _CHEAP_POINTS_PER_SQRT_S if name == "cheap" else None, _GROUPS[name]["half_s"])
             for name, (members, min_steps) in present.items()
         ]
         # Before the heap walk has run, its cost is estimated from the heap size.
@@ -875,7 +898,7 @@ class Monitor:
             return None
         t = self._train_s
         loop = max(t - self._loop_start_s, 0.0)
-        return (self.overhead_budget * t + self._allowance_s() * loop / (loop + ALLOWANCE_HALF_S)
+        return (self.overhead_budget * t + self._allowance_s() * _released(self._units, loop)
                 + self._requested_s)
 
     def _write_extra(self, step, sample, wall_time) -> None:
