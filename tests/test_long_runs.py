@@ -287,3 +287,52 @@ def test_thinning_keeps_each_files_first_point_so_a_restart_reads_the_same(tmp_p
     assert np.isin(thinned.steps, full.steps).all()
     assert 1777 in thinned.steps.tolist() and thinned.steps[-1] == 4999
     np.testing.assert_array_equal(thinned.values, 1e6 + thinned.steps)
+
+
+def _walk_times(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25) -> tuple:
+    """Training seconds at which a run of ``seconds`` (10 ms steps) takes its
+    heap walks at defaults, each walk costing ``walk_s`` as on a TensorFlow
+    heap; the costs simulated, so the schedule is deterministic."""
+    sim = clock.SimulatedClock(real_costs=False)
+
+    class Cheap(probes_lib.Probe):
+        name = "cheap"
+        info = SeriesInfo("process", "m_bytes", "bytes")
+
+        def sample(self, objects=None):
+            sim.advance(0.001)
+            return [(self.info, 1e8)]
+
+    class Heap(probes_lib.Probe):
+        name = "heap"
+        needs_objects = True
+        info = SeriesInfo("objects", "live_count", "count", "pkg.Record")
+
+        def sample(self, objects=None):
+            sim.advance(walk_s)
+            return [(self.info, 1000.0)]
+
+    monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
+    logdir = str(tmp_path / f"run{seconds:g}")
+    _simulate(logdir, seconds, 0.01, sim=sim, probes=[Cheap(), Heap()], census_collects_garbage=False)
+    steps = np.asarray(reader.load_run("run", logdir).series["leak/objects/pkg.Record"].steps)
+    return steps * 0.01, steps[-1] * 0.01
+
+
+@pytest.mark.parametrize("seconds", [10.0, 20.0, 40.0])
+def test_a_short_runs_heap_walks_spread_over_it(tmp_path, monkeypatch, seconds):
+    # The allowance pays for about five walks of a TensorFlow heap. Spent in
+    # the first half second of the loop, all of them fell in its first two
+    # seconds and a 10-40 s run was seen again only at close(): the current
+    # segment the analysis judges held one walk. Released over seconds, a
+    # walk falls in the run's second quarter or later, before close().
+    walks, end = _walk_times(tmp_path, monkeypatch, seconds)
+    before_close = walks[:-1]
+    assert len(walks) >= 5, walks
+    assert before_close.max() >= 0.25 * end, walks
+    assert np.sum(before_close < 2.0) <= 3, walks
+
+
+def test_a_three_second_repro_still_gets_three_heap_walks(tmp_path, monkeypatch):
+    walks, _end = _walk_times(tmp_path, monkeypatch, 3.0)
+    assert len(walks) >= 3, walks
