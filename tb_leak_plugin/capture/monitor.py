@@ -10,10 +10,11 @@ comparison, analyses and traces are part of the heap walk they follow, and
 take only what the budget has free at that walk.
 
 The budget is 1% of the training time so far plus an allowance of 2 s per
-run that is released over the first seconds of training (half of it after
-4 s, 80% after 16 s): a 3-second repro gets three or four heap walks, a
-30-second one has them spread over its length, a 3-day job stays at 1%. The allowance is seconds of the monitor's own work:
-on a contended machine it is scaled by the contention the heap walks measure
+run that is released over the first seconds of training (the heap walks'
+part half after 4 s, 80% after 16 s; the cheap counters' half after 0.5 s):
+a 3-second repro gets three heap walks, a 30-second one has them spread
+over its length, a 3-day job stays at 1%. The allowance is seconds of the
+monitor's own work: on a contended machine it is scaled by the contention the heap walks measure
 (see MAX_CONTENTION). So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
 by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds),
