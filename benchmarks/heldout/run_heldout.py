@@ -79,9 +79,15 @@ def _scenario_meta(path):
     return meta
 
 
+def _scenario_number(path):
+    return int(re.match(r"s(\d+)_", os.path.basename(path)).group(1))
+
+
 def _discover():
     out = []
-    for path in sorted(glob.glob(os.path.join(HERE, "s[0-9][0-9]_*.py"))):
+    paths = [p for p in glob.glob(os.path.join(HERE, "s[0-9]*_*.py"))
+             if re.match(r"s\d{2,3}_", os.path.basename(p))]            # s01 ... s99, s100 ...
+    for path in sorted(paths, key=_scenario_number):
         meta = _scenario_meta(path)
         meta["name"] = os.path.splitext(os.path.basename(path))[0]
         meta["path"] = path
@@ -235,7 +241,7 @@ def _print_table(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--slice", choices=("tune", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6",
-                                        "holdout7", "all"),
+                                        "holdout7", "holdout8", "all"),
                     default="all")
     ap.add_argument("--logdir", default=None, help="where the runs go (default: a new temp dir, kept)")
     ap.add_argument("--only", default=None, help="run only scenarios whose name contains this (or matches this regex)")
@@ -307,7 +313,7 @@ def main(argv=None):
     print()
     totals = {}
     for label in ("tune", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6",
-                  "holdout7"):
+                  "holdout7", "holdout8"):
         sub = [r for r in rows if r["slice"] == label]
         if sub:
             totals[label] = _totals(sub)
