@@ -92,30 +92,6 @@ def test_a_growing_list_of_floats_does_not_corroborate_kilobytes_a_step():
         "list of ndarray" in c.name for c in report.culprits)
 
 
-def test_a_container_of_atomic_items_carries_python_blocks_growing_as_fast():
-    # A histogram keyed by NaN losses (no two NaNs are equal): its Counter
-    # gains six float keys a step and Python's blocks grow six a step. The
-    # container explains the blocks; they are not garbage awaiting the
-    # collector, whatever its items' type.
-    steps = np.arange(2000)
-    rng = np.random.default_rng(4)
-    blocks = _series("python", "allocated_blocks", "blocks", steps, 3e5 + 6.0 * steps + rng.normal(0, 40, 2000))
-    census = np.array([0, 250, 600, 1000, 1400, 1800, 1999])
-    objects = _series("objects", "live_count", "count", census, np.full(census.size, 5000.0), subject="builtins.dict")
-    histogram = _series("containers", "length", "count", census, 300.0 + 6.0 * census,
-                        subject="_train() local `trainer` (train.py:83) → Trainer.loss_histogram → Counter of int")
-    report = build_run_report(_run(blocks, objects, histogram, _available(steps)))
-    assert report.verdict == "leak", report.reason
-    assert any("loss_histogram" in c.name for c in report.culprits[:3]), [c.name for c in report.culprits]
-    # A list gaining one float a step does not carry a thousand blocks a step.
-    blocks = _series("python", "allocated_blocks", "blocks", steps, 3e5 + 1000.0 * steps + rng.normal(0, 40, 2000))
-    losses = _series("containers", "length", "count", census, 10.0 + census,
-                     subject="loop() local `history` (train.py:3) → list of float")
-    report = build_run_report(_run(blocks, objects, losses, _available(steps)))
-    assert report.verdict != "leak", report.reason
-    assert "no object type, tensor or container grows" in report.reason
-
-
 def test_a_record_class_ranks_above_the_builtin_dicts_and_lists_it_is_made_of():
     # A graph's Operations accumulate (one retraced function an epoch) and
     # so do the dicts and lists inside them, faster: the class is where the

@@ -43,13 +43,6 @@ class Policy:
     # leak of objects worth fixing (a tensor or a record a step, a model an
     # epoch: hundreds of objects each) is far above it.
     count_rate_floor: float = 1e-3
-    # A growing container of atomic items (floats, ints) explains Python's
-    # blocks growing (rather than cyclic garbage awaiting the collector) when
-    # its items grow at least this share as fast as the blocks: each item is
-    # about one block (the float or int itself; its slot lives in the
-    # container's table, outside the small-object blocks once the table is
-    # large), and half allows for items shared or cached (small ints).
-    atomic_item_blocks: float = 0.5
     # ------------------------------------------------------------------ decision
     # One-sided level of the lower bound that must clear materiality for a
     # leak. Strict: where the current segment starts is searched for (which

@@ -415,27 +415,13 @@ def _one_rate(reports, run: RunData) -> None:
         report.trend = dataclasses.replace(trend, slope_per_hour=slope_per_hour, seconds_to_exhaustion=seconds)
 
 
-# Items of one Python block each (a float, an int): a container of them
-# growing by one a step (a list of losses) cannot carry memory growth of
-# kilobytes a step, but it does carry Python's blocks growing as fast.
+# Items of a few dozen bytes each: a container of them growing by one a step
+# (a list of losses) cannot carry memory growth of kilobytes a step.
 _ATOMIC_ITEMS = (" of float", " of int", " of bool", " of NoneType")
 
 
 def _atomic_container(report) -> bool:
     return report.role == ROLE_CONTAINERS and str(report.subject).endswith(_ATOMIC_ITEMS)
-
-
-def _carries_blocks(container, blocks) -> bool:
-    """Whether a growing container explains Python's blocks growing: one of
-    objects that are more than a block each (arrays, records, tensors)
-    always may; one of atomic items only when its items grow at least
-    ``POLICY.atomic_item_blocks`` of the blocks' rate (a Counter gaining six
-    float keys a step carries six blocks a step; a list gaining one float a
-    step does not carry a thousand)."""
-    if not _atomic_container(container):
-        return True
-    grows, by = container.trend.slope_per_step, blocks.trend.slope_per_step
-    return math.isfinite(grows) and math.isfinite(by) and grows >= POLICY.atomic_item_blocks * by
 
 
 def _not_the_programs(by_role) -> dict:
@@ -453,7 +439,7 @@ def _not_the_programs(by_role) -> dict:
     if not leaking:
         return {}
     others = [r for role in (ROLE_TENSORS, ROLE_OBJECTS, ROLE_TRACES, ROLE_CONTAINERS) for r in by_role.get(role, [])
-              if r.trend is not None and r.trend.verdict == "leak"]
+              if r.trend is not None and r.trend.verdict == "leak" and not _atomic_container(r)]
     tensors = [r for r in by_role.get(ROLE_TENSORS, []) if r.measure.endswith("_count")]
     census_judged = _census_judged(by_role.get(ROLE_OBJECTS, [])) and (not tensors or _census_judged(tensors))
     malloc = next((r for r in memory if r.measure == "malloc_bytes"), None)
@@ -463,7 +449,7 @@ def _not_the_programs(by_role) -> dict:
                 and report.measure not in ("uss_bytes", "malloc_bytes")):
             out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
                                f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
-        elif report.group == "python" and census_judged and not any(_carries_blocks(r, report) for r in others):
+        elif report.group == "python" and census_judged and not others:
             out[report.tag] = (f"{report.tag} grows, but no object type, tensor or container grows with it: "
                                f"most likely cyclic garbage awaiting the collector, or pools")
     return out
