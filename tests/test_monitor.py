@@ -277,14 +277,14 @@ def test_monitor_stays_within_overhead_budget(tmp_path):
 
 def test_long_run_overhead_tends_to_one_percent():
     # The budget's schedule, without a real hour of training: after T seconds
-    # a group may have spent share * (1% * T + allowance * T / (T + H)).
+    # a group may have spent share * (1% * T + allowance * released(T)).
     from tb_leak_plugin.capture import monitor as monitor_lib
 
-    h = monitor_lib.ALLOWANCE_HALF_S
-    for train_s in (2.0, 30.0, 300.0, 3 * 86400.0):
-        spent = 0.82 * (0.01 * train_s + 2.0 * train_s / (train_s + h))
-        due = monitor_lib._train_time_paying(0.82, 0.01, 2.0, spent)
-        assert abs(due - train_s) <= 1e-6 * train_s
+    for release in (monitor_lib.ALLOWANCE_RELEASE, monitor_lib.CHEAP_ALLOWANCE_RELEASE):
+        for train_s in (2.0, 30.0, 300.0, 3 * 86400.0):
+            spent = 0.82 * (0.01 * train_s + 2.0 * sum(w * train_s / (train_s + h) for w, h in release))
+            due = monitor_lib._train_time_paying(0.82, 0.01, 2.0, spent, release)
+            assert abs(due - train_s) <= 1e-6 * train_s
     # After 3 days the allowance is a rounding error next to 1%.
     assert (0.01 * 259200 + 2.0) / 259200 < 0.0101
 
@@ -426,7 +426,11 @@ def test_the_allowance_is_seconds_of_the_monitors_own_work_whatever_the_contenti
     # budget within the first second, the heap walks' 82% over seconds.
     m = tbleak.capture.monitor
     cheap, heap = m._GROUPS["cheap"], m._GROUPS["heap"]
-    share = (cheap["share"] * loop / (loop + cheap["half_s"]) + heap["share"] * loop / (loop + heap["half_s"])) / (
+
+    def released(release):
+        return sum(w * loop / (loop + h) for w, h in release)
+
+    share = (cheap["share"] * released(cheap["release"]) + heap["share"] * released(heap["release"])) / (
         cheap["share"] + heap["share"])
     released = m.DEFAULT_ALLOWANCE_S * expected * share
     assert stats["budget_seconds"] == pytest.approx(0.01 * t + released, rel=0.05)

@@ -11,9 +11,10 @@ take only what the budget has free at that walk.
 
 The budget is 1% of the training time so far plus an allowance of 2 s per
 run that is released over the first seconds of training (the heap walks'
-part half after 4 s, 80% after 16 s; the cheap counters' half after 0.5 s):
-a 3-second repro gets three heap walks, a 30-second one has them spread
-over its length, a 3-day job stays at 1%. The allowance is seconds of the
+part half in the first second or two and half over tens of seconds; the
+cheap counters' part in the first second): a 2-second repro gets four or
+five heap walks, a 30-second one has them spread over its length, a 3-day
+job stays at 1%. The allowance is seconds of the
 monitor's own work: on a contended machine it is scaled by the contention the heap walks measure
 (see MAX_CONTENTION). So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
@@ -85,21 +86,23 @@ DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "runtime_stat
                   "tf_function", "tf_graphs_held")
 
 # The fixed allowance (seconds of monitor time per run) is released over
-# training time t as allowance * t / (t + ALLOWANCE_HALF_S). It pays for
-# about five heap walks of a TensorFlow heap (0.2-0.3 s each, the final one
-# at close() foreseen at twice that). The length of the run is unknown when
-# they are spent: released in the first half second, all of them fell in
-# the first 2 s of any run, and a 10-60 s run (the length of most repros)
-# was seen again only at close(), its last part (the current segment the
-# analysis judges) by one walk. Released over seconds, they spread over
-# such a run (TensorFlow heap: walks at about 0, 1.4, 2.8, 5, 9 s), and a
-# 3-second repro still gets three or four. The cheap counters (about 1 ms
-# a point, 15% of the budget) are not spread this way: their points are
-# spaced by their own rule (_CHEAP_POINTS_PER_E_FOLD), and a short run
-# needs them dense from its first second (CHEAP_ALLOWANCE_HALF_S).
+# training time t as allowance * sum(w * t / (t + h)) over a group's
+# release components (w, h). It pays for about five heap walks of a
+# TensorFlow heap (0.2-0.3 s each, the final one at close() foreseen at
+# twice that), and the length of the run is unknown when they are spent.
+# Released all in the first half second, they fell in the first 2 s of any
+# run, and a 10-60 s run (the length of most repros) was seen again only at
+# close(), its last part (the segment the analysis judges) by one walk.
+# Released all over seconds, a 2-second repro had too few walks to judge a
+# type's count (four are needed). So half of the heap walks' part serves
+# the first second or two and half follows the run over tens of seconds
+# (TensorFlow heap: walks at about 0, 0.4, 1.1, 2.2, 5, 12 s). The cheap
+# counters (about 1 ms a point, 15% of the budget) are spaced by their own
+# rule (_CHEAP_POINTS_PER_E_FOLD) and need to be dense from the first
+# second: all of their part comes early.
 DEFAULT_ALLOWANCE_S = 2.0
-ALLOWANCE_HALF_S = 4.0
-CHEAP_ALLOWANCE_HALF_S = 0.5
+ALLOWANCE_RELEASE = ((0.5, 0.5), (0.5, 8.0))
+CHEAP_ALLOWANCE_RELEASE = ((1.0, 0.5),)
 # The allowance is seconds of the monitor's own work: on a machine where
 # other processes take the cores, a heap walk's wall time grows by their
 # share (2.2x at a load of 4.5 on 2 cores), and an allowance counted in wall
@@ -119,9 +122,9 @@ MAX_CONTENTION = 4.0
 # _CHEAP_POINTS_PER_SQRT_S in long ones. The heap walk is the most
 # informative and the most expensive group.
 _GROUPS = {
-    "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0, "half_s": CHEAP_ALLOWANCE_HALF_S},
-    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05, "half_s": ALLOWANCE_HALF_S},
-    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05, "half_s": ALLOWANCE_HALF_S},
+    "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0, "release": CHEAP_ALLOWANCE_RELEASE},
+    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05, "release": ALLOWANCE_RELEASE},
+    "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05, "release": ALLOWANCE_RELEASE},
 }
 # The cheap counters wait, between points at training time t since their
 # first run, the shorter of t/N (N = _CHEAP_POINTS_PER_E_FOLD) and 2*sqrt(t)/K
@@ -169,11 +172,11 @@ class _Unit:
 
     __slots__ = ("name", "probes", "share", "spread", "min_gap_s", "min_steps", "cost_s", "spent_s",
                  "due_train_s", "last_step", "last_train_s", "first_train_s", "runs", "needs_objects",
-                 "points_per_sqrt_s", "half_s")
+                 "points_per_sqrt_s", "release")
 
     def __init__(self, name, probes, share, spread, min_gap_s, min_steps, points_per_sqrt_s=None,
-                 half_s=ALLOWANCE_HALF_S):
-        self.half_s = half_s
+                 release=ALLOWANCE_RELEASE):
+        self.release = release
         self.name = name
         self.probes = probes
         self.share = share
@@ -206,7 +209,7 @@ class _Unit:
         # The allowance is released from the first sample on (the set-up
         # before it counts towards the 1% only).
         paid = loop_start_s + _train_time_paying(self.share, budget, allowance_s,
-                                                 need - self.share * budget * loop_start_s, self.half_s)
+                                                 need - self.share * budget * loop_start_s, self.release)
         with_final = ((need + reserve) / self.share - allowance_s) / budget
         paid = max(paid, with_final)
         # Spacing grows with the training time since the unit's first run (the
@@ -225,18 +228,38 @@ class _Unit:
         self.due_train_s = max(paid, spaced)
 
 
-def _train_time_paying(share, budget, allowance_s, need_s, half_s=ALLOWANCE_HALF_S) -> float:
-    """Training time T at which share * (budget*T + allowance*T/(T+H)) reaches need_s (H: ``half_s``)."""
+def _release_share(release, t: float) -> float:
+    """The share of the allowance released after ``t`` seconds of the loop."""
+    return sum(w * t / (t + h) for w, h in release) if t > 0 else 0.0
+
+
+def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_RELEASE) -> float:
+    """Training time T at which share * (budget*T + allowance*released(T)) reaches need_s."""
     need = need_s / share
     if need <= 0:
         return 0.0
-    h = half_s
-    # budget*T^2 + (budget*H + allowance - need)*T - need*H = 0, positive root.
-    b = budget * h + allowance_s - need
-    disc = b * b + 4.0 * budget * need * h
-    if b > 0:  # the same root, without cancellation when need is small
-        return 2.0 * need * h / (b + math.sqrt(disc))
-    return (-b + math.sqrt(disc)) / (2.0 * budget)
+    if len(release) == 1 and release[0][0] == 1.0:
+        h = release[0][1]
+        # budget*T^2 + (budget*H + allowance - need)*T - need*H = 0, positive root.
+        b = budget * h + allowance_s - need
+        disc = b * b + 4.0 * budget * need * h
+        if b > 0:  # the same root, without cancellation when need is small
+            return 2.0 * need * h / (b + math.sqrt(disc))
+        return (-b + math.sqrt(disc)) / (2.0 * budget)
+    # Several components: the paid amount grows monotonically with T.
+    total = sum(w for w, _h in release)
+    if need >= budget * 1e12 + allowance_s * total:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    while budget * hi + allowance_s * _release_share(release, hi) < need:
+        hi *= 2.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if budget * mid + allowance_s * _release_share(release, mid) < need:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def _released(units, loop_s: float) -> float:
@@ -244,8 +267,8 @@ def _released(units, loop_s: float) -> float:
     loop: each group's part of it on the group's own time scale."""
     total = sum(u.share for u in units)
     if total <= 0:
-        return loop_s / (loop_s + ALLOWANCE_HALF_S)
-    return sum(u.share * loop_s / (loop_s + u.half_s) for u in units) / total
+        return _release_share(ALLOWANCE_RELEASE, loop_s)
+    return sum(u.share * _release_share(u.release, loop_s) for u in units) / total
 
 
 class Monitor:
@@ -367,7 +390,7 @@ class Monitor:
         self._units = [
             _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spread"],
                   _GROUPS[name]["min_gap_s"], min_steps,
-                  _CHEAP_POINTS_PER_SQRT_S if name == "cheap" else None, _GROUPS[name]["half_s"])
+                  _CHEAP_POINTS_PER_SQRT_S if name == "cheap" else None, _GROUPS[name]["release"])
             for name, (members, min_steps) in present.items()
         ]
         # Before the heap walk has run, its cost is estimated from the heap size.
