@@ -14,8 +14,8 @@ run that is released over the first seconds of training (the heap walks'
 part half in the first second or two and half over tens of seconds; the
 cheap counters' part in the first second): a 2-second repro gets four or
 five heap walks, a 30-second one has them spread over its length, a 3-day
-job stays at 1%. The allowance is seconds of the
-monitor's own work: on a contended machine it is scaled by the contention the heap walks measure
+job stays at 1%. The allowance is seconds of the monitor's own work: on a
+contended machine it is scaled by the contention the heap walks measure
 (see MAX_CONTENTION). So that samples stay spread out whatever the run's
 length, a group also waits after its n-th run until training time has grown
 by a factor 1 + 2/(n + 1) (the heap walk: about sqrt(T) walks in T seconds),
@@ -96,7 +96,7 @@ DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "runtime_stat
 # Released all over seconds, a 2-second repro had too few walks to judge a
 # type's count (four are needed). So half of the heap walks' part serves
 # the first second or two and half follows the run over tens of seconds
-# (TensorFlow heap: walks at about 0, 0.4, 1.1, 2.2, 5, 12 s). The cheap
+# (0.25-s walks: at about 0, 0.6, 1.6, 3.8, 8.8, 26 s of training). The cheap
 # counters (about 1 ms a point, 15% of the budget) are spaced by their own
 # rule (_CHEAP_POINTS_PER_E_FOLD) and need to be dense from the first
 # second: all of their part comes early.
