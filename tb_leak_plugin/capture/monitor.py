@@ -246,9 +246,9 @@ def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_REL
         if b > 0:  # the same root, without cancellation when need is small
             return 2.0 * need * h / (b + math.sqrt(disc))
         return (-b + math.sqrt(disc)) / (2.0 * budget)
-    # Several components: the paid amount grows monotonically with T.
-    total = sum(w for w, _h in release)
-    if need >= budget * 1e12 + allowance_s * total:
+    # Several components: the paid amount grows monotonically with T, and
+    # without bound (budget > 0), so doubling finds a T past it.
+    if not math.isfinite(need):
         return math.inf
     lo, hi = 0.0, 1.0
     while budget * hi + allowance_s * _release_share(release, hi) < need:
