@@ -338,3 +338,67 @@ def test_a_three_second_repro_gets_four_heap_walks(tmp_path, monkeypatch):
     # in the first second pays for them.
     walks, _end = _walk_times(tmp_path, monkeypatch, 3.0)
     assert len(walks) >= 4, walks
+
+
+def _cheap_points(tmp_path, monkeypatch, seconds: float, malloc_s: float) -> tuple:
+    """Steps (in seconds of 10-ms steps) of a cheap counter's points and of
+    the C allocator's in a run of ``seconds`` at defaults: the other cheap
+    counters 1 ms a point, the allocator's ``malloc_s``, heap walks 0.25 s,
+    all simulated so the schedule is deterministic."""
+    sim = clock.SimulatedClock(real_costs=False)
+
+    class Cheap(probes_lib.Probe):
+        name = "process"
+        info = SeriesInfo("process", "rss_anon_bytes", "bytes")
+
+        def sample(self, objects=None):
+            sim.advance(0.001)
+            return [(self.info, 1e8)]
+
+    class Malloc(probes_lib.Probe):
+        name = "malloc"
+        info = SeriesInfo("process", "malloc_bytes", "bytes")
+
+        def sample(self, objects=None):
+            sim.advance(malloc_s)
+            return [(self.info, 1e8)]
+
+    class Heap(probes_lib.Probe):
+        name = "heap"
+        needs_objects = True
+        info = SeriesInfo("objects", "live_count", "count", "pkg.Record")
+
+        def sample(self, objects=None):
+            sim.advance(0.25)
+            return [(self.info, 1000.0)]
+
+    monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
+    logdir = str(tmp_path / f"run{seconds:g}_{malloc_s:g}")
+    _simulate(logdir, seconds, 0.01, sim=sim, probes=[Cheap(), Malloc(), Heap()], census_collects_garbage=False)
+    series = reader.load_run("run", logdir).series
+    return (np.asarray(series["leak/process/rss_anon_bytes"].steps) * 0.01,
+            np.asarray(series["leak/process/malloc_bytes"].steps) * 0.01)
+
+
+@pytest.mark.parametrize("seconds", [10.0, 30.0])
+def test_a_short_runs_last_third_holds_enough_cheap_points(tmp_path, monkeypatch, seconds):
+    # The analysis reads the current trend on the last third of the run's
+    # steps. With the cheap counters' allowance all released in the first
+    # half second, ~200 points fell in the first seconds and a 10-30 s run
+    # kept 12-17 in its last third, too few for an interval whose degrees of
+    # freedom the noise's autocorrelation divides.
+    rss, _malloc = _cheap_points(tmp_path, monkeypatch, seconds, malloc_s=0.0001)
+    end = rss[-1]
+    assert np.sum(rss >= 2.0 * end / 3.0) >= 20, rss
+    assert rss.size >= 150, rss.size  # still dense early: a 2-s repro is judged on them
+
+
+def test_a_costly_allocator_counter_does_not_thin_the_other_counters(tmp_path, monkeypatch):
+    # glibc's mallinfo2 walks every arena's free lists: 5-6 ms a point in a
+    # process where XLA compiled a kernel per shape, against ~1 ms for the
+    # other counters together. Sampled with them, it cut every memory
+    # series to a fifth of its points (a 27-s leak's last 70% held 7).
+    rss, malloc = _cheap_points(tmp_path, monkeypatch, 30.0, malloc_s=0.006)
+    cheap_rss, _ = _cheap_points(tmp_path, monkeypatch, 30.0, malloc_s=0.0001)
+    assert rss.size >= 0.8 * cheap_rss.size, (rss.size, cheap_rss.size)
+    assert malloc.size >= 12, malloc  # the allocator keeps points of its own

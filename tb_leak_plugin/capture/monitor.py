@@ -11,8 +11,7 @@ take only what the budget has free at that walk.
 
 The budget is 1% of the training time so far plus an allowance of 2 s per
 run that is released over the first seconds of training (the heap walks'
-part half in the first second or two and half over tens of seconds; the
-cheap counters' part in the first second): a 2-second repro gets four or
+part half in the first second or two and half over tens of seconds): a 2-second repro gets four or
 five heap walks, a 30-second one has them spread over its length, a 3-day
 job stays at 1%. The allowance is seconds of the monitor's own work: on a
 contended machine it is scaled by the contention the heap walks measure
@@ -97,12 +96,14 @@ DEFAULT_PROBES = ("process", "python", "malloc", "tf", "tf_graph", "runtime_stat
 # type's count (four are needed). So half of the heap walks' part serves
 # the first second or two and half follows the run over tens of seconds
 # (0.25-s walks: at about 0, 0.6, 1.6, 3.8, 8.8, 26 s of training). The cheap
-# counters (about 1 ms a point, 15% of the budget) are spaced by their own
-# rule (_CHEAP_POINTS_PER_E_FOLD) and need to be dense from the first
-# second: all of their part comes early.
+# counters' part (about 1 ms a point in a TensorFlow process, 13% of the
+# budget) is released the same way: all of it in the first half second
+# paid for ~200 points in the first seconds and left a 10-30 s run 12-17 in
+# its last third, where the analysis reads the current trend; half over
+# tens of seconds leaves 22-26 there (1-ms points, simulated), while a
+# 3-second repro still gets ~150.
 DEFAULT_ALLOWANCE_S = 2.0
 ALLOWANCE_RELEASE = ((0.5, 0.5), (0.5, 8.0))
-CHEAP_ALLOWANCE_RELEASE = ((1.0, 0.5),)
 # The allowance is seconds of the monitor's own work: on a machine where
 # other processes take the cores, a heap walk's wall time grows by their
 # share (2.2x at a load of 4.5 on 2 cores), and an allowance counted in wall
@@ -121,9 +122,19 @@ MAX_CONTENTION = 4.0
 # cheap counters are limited by the budget in short runs and by
 # _CHEAP_POINTS_PER_SQRT_S in long ones. The heap walk is the most
 # informative and the most expensive group.
+#
+# The C allocator's counter (glibc's mallinfo2) is a unit of its own, spaced
+# like the cheap counters: it walks every arena's free lists, and where a
+# library's threads have made many arenas (XLA compiling a kernel per shape)
+# it costs 5-6 ms a point against about 1 ms for all the others together.
+# Run with them, it cut the cheap counters' points to a fifth (45 in a 27-s
+# run, 7 in its last 70%: a leak there had a current segment of five
+# points); on its own it spends its own share, and where it is as cheap as
+# usual (0.05-0.2 ms) its points are where the others' are.
 _GROUPS = {
-    "cheap": {"share": 0.15, "spread": 0.01, "min_gap_s": 0.0, "release": CHEAP_ALLOWANCE_RELEASE},
-    "heap": {"share": 0.82, "spread": 2.0, "min_gap_s": 0.05, "release": ALLOWANCE_RELEASE},
+    "cheap": {"share": 0.13, "spread": 0.01, "min_gap_s": 0.0, "release": ALLOWANCE_RELEASE},
+    "malloc": {"share": 0.04, "spread": 0.01, "min_gap_s": 0.0, "release": ALLOWANCE_RELEASE},
+    "heap": {"share": 0.80, "spread": 2.0, "min_gap_s": 0.05, "release": ALLOWANCE_RELEASE},
     "uss": {"share": 0.03, "spread": 0.5, "min_gap_s": 0.05, "release": ALLOWANCE_RELEASE},
 }
 # The cheap counters wait, between points at training time t since their
@@ -238,16 +249,8 @@ def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_REL
     need = need_s / share
     if need <= 0:
         return 0.0
-    if len(release) == 1 and release[0][0] == 1.0:
-        h = release[0][1]
-        # budget*T^2 + (budget*H + allowance - need)*T - need*H = 0, positive root.
-        b = budget * h + allowance_s - need
-        disc = b * b + 4.0 * budget * need * h
-        if b > 0:  # the same root, without cancellation when need is small
-            return 2.0 * need * h / (b + math.sqrt(disc))
-        return (-b + math.sqrt(disc)) / (2.0 * budget)
-    # Several components: the paid amount grows monotonically with T, and
-    # without bound (budget > 0), so doubling finds a T past it.
+    # The paid amount grows monotonically with T, and without bound
+    # (budget > 0), so doubling finds a T past it.
     if not math.isfinite(need):
         return math.inf
     lo, hi = 0.0, 1.0
@@ -379,7 +382,8 @@ class Monitor:
             list(probes), on_skip=self._log_once, top_k=top_k, max_types=max_object_types
         )
         groups = {
-            "cheap": ([p for p in made if not p.needs_objects and p.name != "uss"], every_n_steps),
+            "cheap": ([p for p in made if not p.needs_objects and p.name not in ("uss", "malloc")], every_n_steps),
+            "malloc": ([p for p in made if p.name == "malloc"], every_n_steps),
             "heap": ([p for p in made if p.needs_objects], census_every_n_steps),
             "uss": ([p for p in made if p.name == "uss"], census_every_n_steps),
         }
@@ -390,7 +394,7 @@ class Monitor:
         self._units = [
             _Unit(name, members, _GROUPS[name]["share"] / total_share, _GROUPS[name]["spread"],
                   _GROUPS[name]["min_gap_s"], min_steps,
-                  _CHEAP_POINTS_PER_SQRT_S if name == "cheap" else None, _GROUPS[name]["release"])
+                  _CHEAP_POINTS_PER_SQRT_S if name in ("cheap", "malloc") else None, _GROUPS[name]["release"])
             for name, (members, min_steps) in present.items()
         ]
         # Before the heap walk has run, its cost is estimated from the heap size.
