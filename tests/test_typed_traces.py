@@ -264,3 +264,62 @@ def test_a_leak_let_go_before_the_end_keeps_its_trace_in_the_report(tmp_path, ca
     assert "traced while it trained (step 400" in text and "held by: train() local `snapshots`" in text
     markdown = cli.format_markdown({"logdir": "x", "warnings": [], "runs": [report.to_dict()], "jobs": []})
     assert "traced at step 400" in markdown and "snapshots" in markdown
+
+
+def _memory_leak_with_container_trace(leaking: bool):
+    """A run whose Python blocks (and RSS) grow 176 blocks a step for 3,000
+    steps or stay flat, with three heap walks (too few to judge a type's
+    count), and the leak watch's trace of the blocks to a container that
+    grew between the walks, as the monitor writes it."""
+    import numpy as np
+
+    from tb_leak_plugin.analysis.series import RunData, Series
+    from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo, hop_text
+
+    rng = np.random.default_rng(5)
+    steps = np.arange(0, 3000, 12)
+    rate = 176.0 if leaking else 0.0
+    run = RunData(name="tar", path=None)
+    for info, level, slope, noise in (
+            (SeriesInfo("python", "allocated_blocks", "blocks"), 2.0e6, rate, 40.0),
+            (SeriesInfo("process", "rss_anon_bytes", "bytes"), 900e6, rate * 60.0, 20e3)):
+        values = level + slope * steps + rng.normal(0, noise, steps.size)
+        run.series[info.tag] = Series.from_points(info.tag, info, steps, steps * 0.006, values)
+    walks = np.array([0, 203, 2999])
+    census = SeriesInfo("objects", "live_count", "count", "tarfile.TarInfo")
+    run.series[census.tag] = Series.from_points(census.tag, census, walks, walks * 0.006,
+                                                16.0 * walks if leaking else np.full(3, 4.0))
+    hops = [{"kind": "local", "owner": "fit", "name": "x", "where": "trainer.py:314"},
+            {"kind": "attribute", "owner": "TarSampleStream", "name": "_tar"},
+            {"kind": "attribute", "owner": "TarFile", "name": "members"},
+            {"kind": "object", "owner": "list", "holds": "TarInfo"}]
+    trace = {"format": HELD_BY_FORMAT, "culprit": {"kind": "series", "name": "leak/python/allocated_blocks"},
+             "step": 203, "live": None, "new": None, "new_since_step": None, "traced": 1, "found": 1,
+             "seconds": 0.2, "complete": True, "containers": True,
+             "held_by": [{"path": [hop_text(h) for h in hops], "hops": hops, "sampled": 1, "instances": 3264}]}
+    held = SeriesInfo(HELD_BY_GROUP, "t0", "instances", "series:leak/python/allocated_blocks",
+                      detail=json.dumps(trace))
+    run.series[held.tag] = Series.from_points(held.tag, held, [203], [1.2], [1.0])
+    return run
+
+
+def test_a_container_the_watch_traced_memory_to_is_named_as_the_culprit():
+    """Three heap walks cannot judge a type's count, but the watch saw a
+    container grow between them while memory grew and traced it to a root:
+    the culprit is what that container retains (a streamed tar's
+    ``TarFile.members``), with the memory it costs, not "too short"."""
+    from tb_leak_plugin.analysis.report import build_run_report
+
+    report = build_run_report(_memory_leak_with_container_trace(leaking=True))
+    assert report.verdict == "leak", report.reason
+    top = report.culprits[:3]
+    container = next(c for c in top if c.kind == "container")
+    assert container.name.endswith("TarFile.members → list of TarInfo"), container.name
+    assert container.growth_per_step == pytest.approx(3264 / 203)
+    assert container.details["held_by"][0]["path"][-1] == "TarFile.members"
+    also = [a["name"] for a in container.details.get("also", [])]
+    assert "leak/python/allocated_blocks" in also  # the memory it costs, merged under the same holder
+    assert "census_too_short" not in [c.hint for c in report.culprits]
+    # The same trace in a run that does not leak names nothing.
+    clean = build_run_report(_memory_leak_with_container_trace(leaking=False))
+    assert clean.verdict != "leak" and not any(c.kind == "container" for c in clean.culprits)

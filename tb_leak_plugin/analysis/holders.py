@@ -284,6 +284,42 @@ def _holds(hop: dict) -> str:
     return ""
 
 
+def retained_containers(culprits: list) -> list:
+    """Containers the leak watch found growing at the heap walks while a
+    memory series grew, and traced to a root as that memory's holders: each
+    is where the leak accumulates, named by what it retains (``TarFile.members
+    → list of TarInfo``). Three walks of a short run see a container grow
+    from one walk to the next, where a type's count needs four to be judged
+    on its own. Returned as culprits of kind ``container``; the memory series
+    is kept (the caller merges culprits held alike)."""
+    from tb_leak_plugin.analysis.results import Culprit
+
+    out = []
+    for culprit in culprits:
+        details = culprit.details if isinstance(culprit.details, dict) else {}
+        if culprit.kind != "series" or not details.get("held_by_containers"):
+            continue
+        step = (details.get("trace") or {}).get("step")
+        for entry in details.get("held_by") or []:
+            hops = list(entry.get("hops") or [])
+            if len(hops) < 2 or not _holds(hops[-1]):
+                continue
+            added = entry.get("instances")
+            when = f" by step {step}" if isinstance(step, int) else ""
+            # Followed from the first heap walk (the baseline, at the first
+            # sample): its growth per step since then.
+            rate = added / step if isinstance(added, int) and isinstance(step, int) and step > 0 else None
+            out.append(Culprit(
+                kind="container", name=" → ".join(entry["path"]), growth_per_step=rate, unit="items",
+                evidence=(f"{added:,} items added between heap walks{when}, while {culprit.name} grows"
+                          if isinstance(added, int) else f"grew between heap walks while {culprit.name} grows"),
+                confidence=culprit.confidence, hint="python_container",
+                details={"container_hops": hops, "last_count": None,
+                         "held_by": [{**_entry(hops[:-1]), "instances": added if isinstance(added, int) else None}]},
+            ))
+    return out
+
+
 def container_hops(culprit) -> list | None:
     """The hops of a growing container culprit: from its root to the
     container itself (the last hop, with what it holds)."""

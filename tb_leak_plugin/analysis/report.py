@@ -323,6 +323,13 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
+    retained = holders.retained_containers(culprits) if verdict == "leak" else []
+    if retained:
+        # What grows is named by what the containers retain, not "too short".
+        for culprit in culprits:
+            if culprit.hint == "census_too_short":
+                culprit.hint = None
+        culprits = sorted(culprits + retained, key=_culprit_rank)
     holders.adopt_containers(culprits)
     culprits = holders.merge_by_holder(culprits)
     # Within one level of confidence, a culprit whose holder was traced comes
