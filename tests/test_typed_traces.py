@@ -266,7 +266,7 @@ def test_a_leak_let_go_before_the_end_keeps_its_trace_in_the_report(tmp_path, ca
     assert "traced at step 400" in markdown and "snapshots" in markdown
 
 
-def _memory_leak_with_container_trace(leaking: bool):
+def _memory_leak_with_container_trace(leaking: bool, holds: str = "TarInfo"):
     """A run whose Python blocks (and RSS) grow 176 blocks a step for 3,000
     steps or stay flat, with three heap walks (too few to judge a type's
     count), and the leak watch's trace of the blocks to a container that
@@ -292,7 +292,7 @@ def _memory_leak_with_container_trace(leaking: bool):
     hops = [{"kind": "local", "owner": "fit", "name": "x", "where": "trainer.py:314"},
             {"kind": "attribute", "owner": "TarSampleStream", "name": "_tar"},
             {"kind": "attribute", "owner": "TarFile", "name": "members"},
-            {"kind": "object", "owner": "list", "holds": "TarInfo"}]
+            {"kind": "object", "owner": "list", "holds": holds}]
     trace = {"format": HELD_BY_FORMAT, "culprit": {"kind": "series", "name": "leak/python/allocated_blocks"},
              "step": 203, "live": None, "new": None, "new_since_step": None, "traced": 1, "found": 1,
              "seconds": 0.2, "complete": True, "containers": True,
@@ -323,3 +323,17 @@ def test_a_container_the_watch_traced_memory_to_is_named_as_the_culprit():
     # The same trace in a run that does not leak names nothing.
     clean = build_run_report(_memory_leak_with_container_trace(leaking=False))
     assert clean.verdict != "leak" and not any(c.kind == "container" for c in clean.culprits)
+
+
+def test_a_container_of_numbers_is_not_named_as_what_holds_memory_growth():
+    """The last 200 losses, re-read as a new list every 50 steps, grew
+    between early walks while native memory grew 13 KiB a step: numbers of a
+    few dozen bytes each cannot hold that, so the container is neither a
+    culprit nor the memory's holder."""
+    from tb_leak_plugin.analysis.report import build_run_report
+
+    report = build_run_report(_memory_leak_with_container_trace(leaking=True, holds="tuple(int, float)"))
+    assert report.verdict == "leak", report.reason
+    assert not any(c.kind == "container" for c in report.culprits)
+    blocks = next(c for c in report.culprits if c.name == "leak/python/allocated_blocks")
+    assert not (blocks.details or {}).get("held_by"), blocks.details

@@ -284,6 +284,17 @@ def _holds(hop: dict) -> str:
     return ""
 
 
+# Items of a few dozen bytes each (numbers, and tuples of them): a container
+# of them (the last 200 losses, re-read every 50 steps) cannot carry memory
+# growth of kilobytes a step, whatever the walks saw of its length.
+_ATOMIC_ITEMS = frozenset(("int", "float", "bool", "NoneType", "complex"))
+
+
+def _atomic(holds: str) -> bool:
+    inner = holds[len("tuple("):-1] if holds.startswith("tuple(") and holds.endswith(")") else holds
+    return all(part.strip() in _ATOMIC_ITEMS for part in inner.split(","))
+
+
 def retained_containers(culprits: list) -> list:
     """Containers the leak watch found growing at the heap walks while a
     memory series grew, and traced to a root as that memory's holders: each
@@ -291,7 +302,8 @@ def retained_containers(culprits: list) -> list:
     → list of TarInfo``). Three walks of a short run see a container grow
     from one walk to the next, where a type's count needs four to be judged
     on its own. Returned as culprits of kind ``container``; the memory series
-    is kept (the caller merges culprits held alike)."""
+    is kept (the caller merges culprits held alike). A container of numbers
+    is no holder of the memory's growth and leaves its ``held_by``."""
     from tb_leak_plugin.analysis.results import Culprit
 
     out = []
@@ -299,6 +311,13 @@ def retained_containers(culprits: list) -> list:
         details = culprit.details if isinstance(culprit.details, dict) else {}
         if culprit.kind != "series" or not details.get("held_by_containers"):
             continue
+        kept = [e for e in details.get("held_by") or []
+                if not (e.get("hops") and _holds(e["hops"][-1]) and _atomic(_holds(e["hops"][-1])))]
+        if not kept:
+            culprit.details = {k: v for k, v in details.items()
+                               if k not in ("held_by", "held_by_containers", "trace")}
+            continue
+        details["held_by"] = kept
         step = (details.get("trace") or {}).get("step")
         for entry in details.get("held_by") or []:
             hops = list(entry.get("hops") or [])
