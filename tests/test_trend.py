@@ -502,6 +502,24 @@ def test_one_drop_then_a_ramp_is_not_a_leak_until_it_grows_past_the_drop():
     assert assess_series(steps, 1e9 + 2e7 * ((np.arange(30) % 20) / 20)).verdict != "leak"
 
 
+def test_a_leak_let_go_at_the_last_sample_is_not_a_buffer_refilling():
+    # Shard readers kept all run (2.5 KiB a step of native memory), let go
+    # when the loop returned; the last walk's collection found garbage too,
+    # so the fall stays in the data and is read besides the growth. The
+    # drop has nothing after it to refill: the growth came before it.
+    rng = np.random.default_rng(7)
+    steps = np.r_[np.arange(0, 8000, 28), 7999]
+    values = 1e8 + 2560.0 * steps + rng.normal(0, 3e3, steps.size)
+    values[-1] -= 22e6
+    result = assess_series(steps, values, unit="bytes")
+    assert result.verdict == "leak", result.reason
+    # The same drop followed by a refill that has not grown past it is still
+    # a buffer refilling, not a leak.
+    again = np.r_[steps, 8000 + np.arange(1, 40) * 28]
+    refill = np.r_[values, values[-1] + 2560.0 * np.arange(1, 40) * 28 + rng.normal(0, 3e3, 39)]
+    assert assess_series(again, refill, unit="bytes").verdict != "leak"
+
+
 def test_a_rise_between_early_walks_and_the_one_at_close_is_not_a_leak():
     # Four walks early, one at close, thirteen more types at the end.
     result = assess_series([0, 9, 16, 25, 399], [6998.0, 6998.0, 6998.0, 6998.0, 7011.0], unit="count")

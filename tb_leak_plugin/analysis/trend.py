@@ -363,8 +363,13 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
 def _refill(t, y, resets, s, slope, policy) -> float:
     """Growth right after the series was cut down may be a buffer refilling:
     it is a leak only once it has grown past what the drop let go (the drop's
-    size, or 0 when no recent drop explains it)."""
-    if resets.size and int(resets[-1]) + 1 >= s - policy.min_segment:
+    size, or 0 when no recent drop explains it). A drop with fewer than
+    ``min_segment`` samples after it is not followed by the growth measured:
+    that came before it (memory let go at the last walk, whose collection
+    found garbage too, so that the fall is read besides the growth, not left
+    out), and nothing refills."""
+    if resets.size and int(resets[-1]) + 1 >= s - policy.min_segment \
+            and y.size - (int(resets[-1]) + 1) >= policy.min_segment:
         r = int(resets[-1])
         drop = float(y[r] - y[r + 1])
         if slope * float(t[-1] - t[r + 1]) < drop:
