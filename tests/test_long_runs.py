@@ -289,34 +289,36 @@ def test_thinning_keeps_each_files_first_point_so_a_restart_reads_the_same(tmp_p
     np.testing.assert_array_equal(thinned.values, 1e6 + thinned.steps)
 
 
-def _walk_times(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25) -> tuple:
-    """Training seconds at which a run of ``seconds`` (10 ms steps) takes its
-    heap walks at defaults, each walk costing ``walk_s`` as on a TensorFlow
-    heap; the costs simulated, so the schedule is deterministic."""
+def _schedule(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25, malloc_s: float | None = None) -> dict:
+    """Steps, in training seconds (10 ms steps), of each series of a run of
+    ``seconds`` at defaults: a cheap counter costing 1 ms a point, the C
+    allocator's ``malloc_s`` (if given) and heap walks ``walk_s`` each, as on
+    a TensorFlow heap; the costs simulated, so the schedule is deterministic."""
     sim = clock.SimulatedClock(real_costs=False)
 
-    class Cheap(probes_lib.Probe):
-        name = "cheap"
-        info = SeriesInfo("process", "m_bytes", "bytes")
+    def probe(name, info, cost, needs_objects=False):
+        class Simulated(probes_lib.Probe):
+            def sample(self, objects=None):
+                sim.advance(cost)
+                return [(info, 1e8)]
 
-        def sample(self, objects=None):
-            sim.advance(0.001)
-            return [(self.info, 1e8)]
+        Simulated.name, Simulated.needs_objects = name, needs_objects
+        return Simulated()
 
-    class Heap(probes_lib.Probe):
-        name = "heap"
-        needs_objects = True
-        info = SeriesInfo("objects", "live_count", "count", "pkg.Record")
-
-        def sample(self, objects=None):
-            sim.advance(walk_s)
-            return [(self.info, 1000.0)]
-
+    probes = [probe("process", SeriesInfo("process", "rss_anon_bytes", "bytes"), 0.001),
+              probe("heap", SeriesInfo("objects", "live_count", "count", "pkg.Record"), walk_s, True)]
+    if malloc_s is not None:
+        probes.append(probe("malloc", SeriesInfo("process", "malloc_bytes", "bytes"), malloc_s))
     monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
-    logdir = str(tmp_path / f"run{seconds:g}")
-    _simulate(logdir, seconds, 0.01, sim=sim, probes=[Cheap(), Heap()], census_collects_garbage=False)
-    steps = np.asarray(reader.load_run("run", logdir).series["leak/objects/pkg.Record"].steps)
-    return steps * 0.01, steps[-1] * 0.01
+    logdir = str(tmp_path / f"run{seconds:g}_{walk_s:g}_{malloc_s}")
+    _simulate(logdir, seconds, 0.01, sim=sim, probes=probes, census_collects_garbage=False)
+    return {tag: np.asarray(series.steps) * 0.01 for tag, series in reader.load_run("run", logdir).series.items()}
+
+
+def _walk_times(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25) -> tuple:
+    """Training seconds of a run's heap walks (see ``_schedule``), and its end."""
+    walks = _schedule(tmp_path, monkeypatch, seconds, walk_s)["leak/objects/pkg.Record"]
+    return walks, walks[-1]
 
 
 @pytest.mark.parametrize("seconds", [10.0, 20.0, 40.0])
@@ -341,43 +343,10 @@ def test_a_three_second_repro_gets_four_heap_walks(tmp_path, monkeypatch):
 
 
 def _cheap_points(tmp_path, monkeypatch, seconds: float, malloc_s: float) -> tuple:
-    """Steps (in seconds of 10-ms steps) of a cheap counter's points and of
-    the C allocator's in a run of ``seconds`` at defaults: the other cheap
-    counters 1 ms a point, the allocator's ``malloc_s``, heap walks 0.25 s,
-    all simulated so the schedule is deterministic."""
-    sim = clock.SimulatedClock(real_costs=False)
-
-    class Cheap(probes_lib.Probe):
-        name = "process"
-        info = SeriesInfo("process", "rss_anon_bytes", "bytes")
-
-        def sample(self, objects=None):
-            sim.advance(0.001)
-            return [(self.info, 1e8)]
-
-    class Malloc(probes_lib.Probe):
-        name = "malloc"
-        info = SeriesInfo("process", "malloc_bytes", "bytes")
-
-        def sample(self, objects=None):
-            sim.advance(malloc_s)
-            return [(self.info, 1e8)]
-
-    class Heap(probes_lib.Probe):
-        name = "heap"
-        needs_objects = True
-        info = SeriesInfo("objects", "live_count", "count", "pkg.Record")
-
-        def sample(self, objects=None):
-            sim.advance(0.25)
-            return [(self.info, 1000.0)]
-
-    monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
-    logdir = str(tmp_path / f"run{seconds:g}_{malloc_s:g}")
-    _simulate(logdir, seconds, 0.01, sim=sim, probes=[Cheap(), Malloc(), Heap()], census_collects_garbage=False)
-    series = reader.load_run("run", logdir).series
-    return (np.asarray(series["leak/process/rss_anon_bytes"].steps) * 0.01,
-            np.asarray(series["leak/process/malloc_bytes"].steps) * 0.01)
+    """Training seconds of a cheap counter's points and of the C allocator's
+    (see ``_schedule``)."""
+    series = _schedule(tmp_path, monkeypatch, seconds, malloc_s=malloc_s)
+    return series["leak/process/rss_anon_bytes"], series["leak/process/malloc_bytes"]
 
 
 @pytest.mark.parametrize("seconds", [10.0, 30.0])
