@@ -631,3 +631,16 @@ def test_a_recorded_fit_warmup_that_stopped_is_no_leak():
     data = np.load(os.path.join(os.path.dirname(__file__), "data", "fit_blocks_warmup_stopped.npz"))
     result = assess_series(data["steps"], data["values"], data["walls"], unit="blocks")
     assert result.verdict == "no_leak", result.reason
+
+
+def test_a_registry_growing_at_its_last_four_heap_walks_is_a_leak():
+    # Trial modules kept in sys.modules from 40% of the run on, one every
+    # 40 steps, seen at the last four of sixteen walks: exact, thousands of
+    # standard errors above materiality. Leaving the last walk out would
+    # leave a line through three points, one residual degree of freedom (a
+    # Cauchy t), under which no slope is ever significant.
+    steps = [0, 558, 1028, 1601, 2561, 3559, 4513, 6144, 8048, 11927, 17078, 21677, 31043, 46765, 50813, 59999]
+    counts = [679] + [686] * 11 + [863, 1256, 1357, 1586]
+    result = assess_series(steps, counts, unit="count")
+    assert result.verdict == "leak", result.reason
+    assert abs(result.slope_per_step - 0.025) < 1e-3

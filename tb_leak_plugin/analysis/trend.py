@@ -348,12 +348,16 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
         readings = [besides] + (readings if stairs else [])
     else:
         leak_readings = list(readings)
-    if yy.size - 1 > len(cols):
+    if yy.size - 1 >= len(cols) + 3:
         # No claim may rest on one sample: the last, whose leverage is the
         # largest (heap walks early and one at close), is left out once,
-        # whenever a line through the others still has a residual to judge
+        # whenever a line through the others still has residuals to judge
         # it by (four heap walks at steps 0, 5, 14 and 249: a one-off rise
-        # between the last two is not a trend).
+        # between the last two is not a trend). Two at least: with one, the
+        # t is a Cauchy, and no slope is significant however exact (a module
+        # registry gaining one entry every 40 steps at four walks, 2,900
+        # standard errors above materiality, stayed inconclusive); a
+        # four-point segment is judged on its own df of 2.
         last = regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)
         leak_readings.append((float(last.beta[1]), float(last.se[1]), float(last.df)))
         readings = readings + [leak_readings[-1]]
