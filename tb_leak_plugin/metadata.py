@@ -270,10 +270,18 @@ def parse_limit_detail(detail: str) -> tuple[str, float | None] | None:
 #   item              owner="list"|"tuple"|"set"|"frozenset"|"deque"
 #   cell, function (owner), closure (owner=function, name=variable)
 #   object            owner=type                          held by an object, attribute unknown
+#   registry          name                                an interpreter registry's entry (root):
+#                                                         ``signal handler of SIGTERM``
+#   native            owner=type                          an object no Python object refers to (root):
+#                                                         held by the interpreter or C code (fork hooks,
+#                                                         an extension's state, a running frame's stack)
+#   repeat            name=the repeated hops' text, count, min_count
+#                                                         a chain of the same hops (a wrapper wrapping the
+#                                                         last one, a handler chaining to the one before)
 #   elided            name=count                          hops left out in the middle
 #   text              name                                a label as it is (older traces, suffixes)
 
-ROOT_KINDS = frozenset({"global", "local", "class_attribute", "class_namespace"})
+ROOT_KINDS = frozenset({"global", "local", "class_attribute", "class_namespace", "registry", "native"})
 # Hops through which one holder can keep any number of objects.
 FAN_OUT_KINDS = frozenset({"key", "dict_key", "item", "frame_local", "generator_local"})
 
@@ -319,6 +327,19 @@ def hop_text(hop) -> str:
         text = f"function `{owner}`"
     elif kind == "closure":
         text = f"closure of `{owner}` `{name}`"
+    elif kind == "registry":
+        text = f"interpreter registry `{name}`"
+    elif kind == "native":
+        text = f"{owner} held outside Python (interpreter or C state)"
+    elif kind == "repeat":
+        count, low = hop.get("count"), hop.get("min_count")
+        if not isinstance(count, int):
+            times = "n"
+        elif isinstance(low, int) and low < count:
+            times = f"{low}-{count}"
+        else:
+            times = f"{count}"
+        text = f"({name}) × {times}"
     elif kind == "elided":
         text = f"… {name} hops …"
     else:
@@ -336,7 +357,10 @@ _DIGITS = re.compile(r"[0-9]+")
 
 def wildcard(hop: dict) -> dict:
     """The hop with the digits of a string key made ``*`` (``'pyfunc_1200'``
-    -> ``'pyfunc_*'``): one leak reached through a thousand keys is one path."""
+    -> ``'pyfunc_*'``), and a chain's length made ``n``: one leak reached
+    through a thousand keys, or along a chain, is one path."""
+    if hop.get("kind") == "repeat":
+        return {"kind": "repeat", "name": hop.get("name")}
     if hop.get("kind") != "key" or hop.get("key_type") != "str":
         return hop
     pattern = _DIGITS.sub("*", hop.get("name") or "")

@@ -471,3 +471,31 @@ def test_a_type_that_grows_within_certified_python_memory_is_told_not_called_a_l
     assert "train.TrainState" in report.reason and "certified" in report.reason, report.reason
     growing = _series("python", "allocated_blocks", "blocks", steps, 2.0e6 + 40.0 * steps + rng.normal(0, 20.0, steps.size))
     assert build_run_report(_run(rss, malloc, growing, count)).verdict == "leak"
+
+
+def test_memory_that_grew_between_full_collections_and_fell_at_close_is_a_leak():
+    """The last walk's collection found more garbage than any walk before,
+    and memory fell there (the program's cyclic data let go when the loop
+    returned, or garbage): ambiguous on its own. But the readings right after
+    the full collections of the training's walks, which hold no garbage,
+    grew at the fitted rate: live data grew while the loop ran. The series
+    stays a leak and says why; with no full collection during training it
+    stays undecided (test_memory_the_collector_freed_at_close_is_not_left_out)."""
+    rng = np.random.default_rng(5)
+    steps = np.arange(0, 1200, 4)
+    walks = np.array([0, 148, 300, 448, 600, 748, 900, 1048, 1196])
+    values = 3e8 + 12e3 * steps + rng.normal(0, 3e4, steps.size)
+    values[-1] = 3e8
+    malloc = _series("process", "malloc_bytes", "bytes", steps, values)
+    blocks = _series("python", "allocated_blocks", "blocks", steps, 1e6 + 0.0 * steps)
+
+    def run(full):
+        return _run(malloc, blocks, *_walk_series(walks, full, [300, 0, 0, 0, 0, 0, 0, 0, 944]))
+
+    report = build_run_report(run([1, 1, 1, 1, 1, 1, 1, 1, 1]))  # a small heap: every collection full
+    by_tag = {s.tag: s for s in report.series}
+    assert by_tag["leak/process/malloc_bytes"].verdict == "leak", by_tag["leak/process/malloc_bytes"].trend.reason
+    assert "let go when the loop returned" in by_tag["leak/process/malloc_bytes"].trend.reason
+    assert report.verdict == "leak"
+    undecided = build_run_report(run([1, 0, 0, 0, 0, 0, 0, 0, 1]))
+    assert {s.tag: s for s in undecided.series}["leak/process/malloc_bytes"].verdict != "leak"

@@ -337,3 +337,137 @@ def test_a_container_of_numbers_is_not_named_as_what_holds_memory_growth():
     assert not any(c.kind == "container" for c in report.culprits)
     blocks = next(c for c in report.culprits if c.name == "leak/python/allocated_blocks")
     assert not (blocks.details or {}).get("held_by"), blocks.details
+
+
+# ----------------------------------------------------- chains, registries, fresh objects
+
+
+def _wrap(fn):
+    def wrapper(*args):
+        return fn(*args)
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+class Tool:
+    def __init__(self, entrypoint):
+        self.entrypoint = entrypoint
+
+
+def test_a_chain_of_wrappers_is_one_path_with_its_length():
+    """Each wrapper wraps the last one: every wrapper has a path of its own
+    length, and all of them are one signature with a repeat count."""
+    tools = [Tool(len)]
+    made = []
+    for _ in range(12):
+        tools[0].entrypoint = _wrap(tools[0].entrypoint)
+        made.append(tools[0].entrypoint)
+    targets = made[-9:-2]  # seven wrappers, two to eight links below the newest
+    del made
+    result = referrers.trace(targets, time_cap_s=2.0)
+    (held,) = result.held_by
+    assert held.instances == len(targets)
+    repeat = held.hops[-1]
+    assert repeat["kind"] == "repeat" and (repeat["min_count"], repeat["count"]) == (2, 8), held.hops
+    assert held.path[-1] == "(function.__wrapped__) × 2-8"
+    assert held.path[:3] == [held.path[0], "list", "Tool.entrypoint"]
+    assert "tools" in held.path[0]
+    # Folded hops are read back from a file as they were written.
+    assert holders.clean_hops(held.hops, held.path)[-1] == repeat
+
+
+def test_a_signal_handler_is_a_root():
+    import signal
+
+    class Session:
+        pass
+
+    def install():
+        session = Session()
+
+        def on_signal(signum, frame, kept=session):
+            return kept
+
+        signal.signal(signal.SIGUSR1, on_signal)
+
+    previous = signal.getsignal(signal.SIGUSR1)
+    install()
+    try:
+        # No variable of this function holds the session: only the handler does.
+        result = referrers.trace([signal.getsignal(signal.SIGUSR1).__defaults__[0]], time_cap_s=2.0)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    paths = [h.path for h in result.held_by]
+    assert any(p[0] == "interpreter registry `signal handler of SIGUSR1`" for p in paths), paths
+
+
+def test_what_only_the_interpreter_holds_is_rooted_there_and_the_method_named():
+    """``os.register_at_fork`` keeps its callbacks in the interpreter's state,
+    which no Python object refers to: the chain starts at that list, and the
+    bound method on the way is named."""
+    import os
+
+    class Prefetcher:
+        def reset_after_fork(self):
+            pass
+
+    kept = [Prefetcher() for _ in range(3)]
+    for prefetcher in kept:
+        os.register_at_fork(after_in_child=prefetcher.reset_after_fork)
+    targets = kept[:2]
+    del prefetcher
+    result = referrers.trace(targets, time_cap_s=2.0, exclude=[kept])
+    assert result.held_by, "no path"
+    hops = result.held_by[0].hops
+    assert hops[0]["kind"] == "native" and hops[0]["owner"] == "list", hops
+    assert hops[-1] == {"kind": "attribute", "owner": "method `Prefetcher.reset_after_fork`", "name": "__self__"}
+    assert "held outside Python" in result.held_by[0].path[0]
+
+
+def test_objects_made_since_a_baseline_are_climbed_in_memory():
+    """A chain of new objects deeper than the search's heap passes: with the
+    objects made since a baseline, the search climbs them without a pass,
+    and names the holder; without them it runs out of levels."""
+    import gc
+
+    tools = [Tool(len)]
+    baseline = {id(x) for x in gc.get_objects()}
+    for _ in range(40):
+        tools[0].entrypoint = _wrap(tools[0].entrypoint)
+    oldest = tools[0].entrypoint
+    for _ in range(39):
+        oldest = oldest.__wrapped__
+    targets = [oldest]
+    del oldest
+    fresh = [x for x in gc.get_objects() if id(x) not in baseline]
+    blind = referrers.trace(targets, time_cap_s=2.0, max_depth=6, exclude=[fresh])
+    assert not blind.held_by
+    seen = referrers.trace(targets, time_cap_s=2.0, max_depth=6, fresh=fresh)
+    fresh = None
+    (held,) = seen.held_by
+    assert "tools" in held.path[0] and held.path[2] == "Tool.entrypoint", held.path
+    assert held.hops[-1]["kind"] == "repeat" and held.hops[-1]["count"] == 39
+    assert seen.levels <= 3
+
+
+def test_the_hashed_share_of_a_large_type_tells_its_new_instances():
+    import numpy as np
+
+    old = [Box() for _ in range(50_000)]
+    share = online._mark_share(len(old), online.MAX_MARKED_INSTANCES)
+    assert share == 4
+    ids = online._in_share(np.fromiter(map(id, old), np.int64, len(old)), share)
+    assert abs(ids.size - len(old) / share) < 0.05 * len(old) / share
+    marked = np.sort(ids)
+    new = [Box() for _ in range(4_000)]
+    fresh = online._not_marked(old + new, marked, share)
+    assert {id(x) for x in fresh} <= {id(x) for x in new}
+    assert abs(len(fresh) - len(new) / share) < 0.2 * len(new) / share
+
+
+def test_a_trace_sample_reaches_the_newest_and_spreads_over_the_rest():
+    items = list(range(1000))
+    sample = online._ladder(items, 32)
+    assert len(sample) == len(set(sample)) == 32
+    assert {999, 998, 997} <= set(sample)
+    assert min(sample) < 100

@@ -171,7 +171,7 @@ def _clean(trace) -> dict | None:
 
 _HOP_KINDS = frozenset({"global", "local", "class_attribute", "class_namespace", "frame_local", "generator_local",
                         "attribute", "key", "dict_key", "item", "cell", "function", "closure", "object", "elided",
-                        "text"})
+                        "text", "registry", "native", "repeat"})
 _HOP_TEXT_FIELDS = ("kind", "owner", "name", "where", "key_type", "holds")
 
 
@@ -186,9 +186,10 @@ def clean_hops(hops, path) -> list[dict]:
             if kind not in _HOP_KINDS:
                 break
             clean = {key: _text(hop[key]) for key in _HOP_TEXT_FIELDS if isinstance(hop.get(key), str)}
-            keys = _count(hop.get("keys"))
-            if keys is not None:
-                clean["keys"] = keys
+            for field in ("keys", "count", "min_count"):
+                number = _count(hop.get(field))
+                if number is not None:
+                    clean[field] = number
             out.append(clean)
         else:
             return out

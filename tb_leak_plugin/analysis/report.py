@@ -101,7 +101,7 @@ def assess(series: Series, available_bytes: float | None = None,
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
     if role == ROLE_MEMORY and trend is not None and trend.verdict == "leak":
-        trend = _fell_with_garbage(trend, series, collected)
+        trend = _fell_with_garbage(trend, series, collected, full)
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -171,23 +171,51 @@ def _garbage_at_last_walk(series: Series, collected: Series | None) -> tuple[flo
     return last, float(np.max(earlier))
 
 
-def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | None) -> TrendResult:
+def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | None,
+                       full: Series | None = None) -> TrendResult:
     """Memory that fell back at the last walk, whose collection found more
     unreachable objects than any walk of the training: the fall stays in the
     data (see ``_released_by_program``), and the growth before it may have
     been that garbage (cycles made all run long, freed only then) as well as
-    the program's cyclic data let go when the loop returned. The two cannot
-    be told apart, so the growth is no leak claim of this series: RSS, which
-    keeps its pages, and the other series judge the run."""
+    the program's cyclic data let go when the loop returned. Unless the
+    readings right after the full collections of the training's walks grew
+    too (garbage-free readings: live data, see ``_grew_after_full_collections``),
+    the two cannot be told apart, so the growth is no leak claim of this
+    series: RSS, which keeps its pages, and the other series judge the run."""
     found = _garbage_at_last_walk(series, collected)
     if found is None or found[0] <= found[1] or not falls_back_at_end(series.steps, series.values):
         return trend
+    if _grew_after_full_collections(trend, series, full):
+        return dataclasses.replace(trend, reason=(
+            f"{trend.reason}; it grew between the full collections of the training's walks too (live data), "
+            f"and fell back at the last walk (step {int(series.steps[-1])}): let go when the loop returned"))
     last = found[0]
     reason = (f"{trend.reason}; then fell back at the last walk (step {int(series.steps[-1])}), whose collection "
               f"found {int(last):,} unreachable objects, more than any walk before: garbage or the program's "
               f"cyclic data let go, which cannot be told apart")
     return dataclasses.replace(trend, verdict="inconclusive", reason=reason, shape="unclear",
                                confidence=0.0, p_value=max(trend.p_value, POLICY.alpha_leak))
+
+
+def _grew_after_full_collections(trend: TrendResult, series: Series, full: Series | None) -> bool:
+    """Whether the readings right after the full collections of the walks
+    before the last one (nothing unreachable left: live data only) grew by
+    at least half of what the fitted rate says, over at least a quarter of
+    the analysed segment: the test of ``_held_to_full_collections``, read
+    for growth instead of against it (where that one needs half the segment
+    to clear a growth, a quarter is enough to keep one: the fitted rate is
+    already shown, the walks only have to say it is not garbage)."""
+    if full is None or not len(series) or not len(full):
+        return False
+    end = min((trend.fit or {}).get("end_step", int(series.steps[-1])), float(full.steps[-1]) - 1)
+    start = (trend.fit or {}).get("start_step", int(series.steps[0]))
+    fulls = full.steps[(full.values == 1.0) & (full.steps >= start) & (full.steps <= end)]
+    keep = np.isin(series.steps, fulls) & np.isfinite(series.values)
+    steps, values = series.steps[keep], series.values[keep]
+    slope = float(trend.slope_per_step)
+    if steps.size < 2 or slope <= 0 or steps[-1] - steps[0] < 0.25 * max(end - start, 1):
+        return False
+    return float(values[-1] - values[0]) >= 0.5 * slope * float(steps[-1] - steps[0])
 
 
 def _held_to_full_collections(trend: TrendResult, series: Series, full: Series | None) -> TrendResult:

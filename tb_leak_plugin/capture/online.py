@@ -58,8 +58,21 @@ from tb_leak_plugin.units import format_bytes, printable
 MAX_POINTS = 256
 MAX_SERIES = 192
 # Types whose instances' ids are noted at each walk, and the largest count noted.
+# A type with more instances (a TensorFlow heap holds ~80,000 functions and
+# ~300,000 tuples) has a hashed subset of its ids noted, one in ``share``: a
+# later trace samples its new instances from that subset (an unbiased sample
+# of what is new, at the same memory), instead of from every instance, where
+# a leak's few thousand are lost among the library's own.
 MARKED_TYPES = 3
 MAX_MARKED_INSTANCES = 20_000
+# The ids of every object at the second heap walk are kept (8 bytes each,
+# for heaps of at most this many objects): a trace then climbs through the
+# objects made since (at most MAX_FRESH of them) in memory, instead of one
+# pass of the heap per level (see referrers._through_fresh), which on a
+# TensorFlow heap (~50 ms a pass) reached four levels within its cap.
+MAX_BASELINE_OBJECTS = 1_500_000
+MAX_FRESH = 300_000
+BASELINE_WALK = 2
 # Instances traced per culprit, the time cap of one trace, and of all traces of one walk.
 TRACE_SAMPLE = 32
 TRACE_CAP_S = 0.25
@@ -114,6 +127,13 @@ CONTAINER_OVERDRAFT_S = FIRST_TRACE_S
 # one that did not by two readings, and the trace then runs while the loop's
 # frames are alive.
 LOCALS_ANALYSES = 2
+# A type that rose at each of GROWING_WALKS walks in a row, in a run with no
+# leak confirmed yet, gets its analysis (and, when that finds a leak, its one
+# trace) whatever the budget has left, at most this many times per run: in a
+# short run whose heap walks take the whole budget, the analysis would
+# otherwise wait for close(), when a leak a training function held in its
+# locals has been let go and no trace can name its holder.
+EARLY_ANALYSES = 2
 # A local array is named as the holder of a series' growth only when it holds
 # at least this share of the growth over the series' current segment (the
 # array that accumulates a leak holds nearly all of it; a step's batch a
@@ -265,7 +285,7 @@ class LeakWatch:
         self._held_by: list = []           # (info, step, wall, value) written
         self._walks = 0
         self._counts: dict[int, int] = {}  # id(type) -> count at the last walk
-        self._marks: dict[int, tuple] = {}  # id(type) -> (step, sorted ids, name, slot)
+        self._marks: dict[int, tuple] = {}  # id(type) -> (step, sorted ids, name, slot, share)
         # Ids of marked instances, in a block allocated (and touched) once.
         self._mark_ids = np.full((MARKED_TYPES, MAX_MARKED_INSTANCES), -1, np.int64)
         self._traced: dict[str, tuple] = {}  # culprit key -> (walk, live count)
@@ -304,6 +324,11 @@ class LeakWatch:
         self._local_arrays: dict = {}
         self._local_arrays_now: dict = {}
         self._locals_analyses = 0
+        self._rise_streak = 0         # walks in a row at which a census count rose
+        self._baseline = None         # sorted ids of the objects at BASELINE_WALK
+        self._baseline_step = 0
+        self._fresh = None            # the objects made since the baseline, during one walk
+        self._early_analyses = 0
         self._ignored: set[int] = set()
         self._last_step, self._last_wall = 0, 0.0
         # (warning lines, report) told but not yet delivered (see deliver()).
@@ -375,6 +400,11 @@ class LeakWatch:
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
             self._mark(step, census)
+            self._rise_streak = self._rise_streak + 1 if self._rising else 0
+            self._fresh = None
+            if self._walks == BASELINE_WALK and len(census.objects) <= MAX_BASELINE_OBJECTS:
+                self._baseline = np.sort(np.fromiter(map(id, census.objects), np.int64, len(census.objects)))
+                self._baseline_step = step
             if extra:
                 write(step, extra, wall_time)
                 self.history.record(step, wall_time, extra)
@@ -387,7 +417,13 @@ class LeakWatch:
                 and self._locals_analyses < LOCALS_ANALYSES))
             if owed and not census.final:
                 self._locals_analyses += 1
-            if owed or (due and self._left() >= self.analysis_cost_s):
+            early = not owed and not census.final and self._early_analyses < EARLY_ANALYSES \
+                and self._rise_streak >= GROWING_WALKS and self._walks >= MIN_WALKS_FOR_ANALYSIS \
+                and not (self.last_report is not None and self.last_report.verdict == "leak") \
+                and not (due and self._left() >= self.analysis_cost_s)
+            if early:
+                self._early_analyses += 1
+            if owed or early or (due and self._left() >= self.analysis_cost_s):
                 self._analyse(step, wall_time, census, write)
             if pending:
                 extra = self._report_containers(pending, census)
@@ -398,6 +434,8 @@ class LeakWatch:
         except Exception as error:  # never into the loop: switch off
             self._failed = True
             self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
+        finally:
+            self._fresh = None  # never holds the program's objects past the walk
         return time.perf_counter() - started
 
     def bring_report_up_to_date(self) -> None:
@@ -448,7 +486,7 @@ class LeakWatch:
         rising = []
         for kind, count in counts.items():
             gain = count - previous.get(id(kind), 0)
-            if gain >= 8 and count <= MAX_MARKED_INSTANCES and not referrers.is_own_type(kind):
+            if gain >= 8 and not referrers.is_own_type(kind):
                 rising.append((gain, id(kind), kind))
         rising.sort(key=lambda item: -item[0])
         self._rising = bool(rising) and bool(previous)
@@ -471,11 +509,14 @@ class LeakWatch:
                     slot = (set(range(MARKED_TYPES)) - {m[3] for m in self._marks.values()}).pop()
                 instances = census.instances_of(kind)
                 row = self._mark_ids[slot]
-                n = min(len(instances), row.size)
-                row[:n] = np.fromiter(map(id, instances[:n]), np.int64, n)
-                row[:n].sort()
+                share = _mark_share(len(instances), row.size)
+                ids = _in_share(np.fromiter(map(id, instances), np.int64, len(instances)), share)
                 instances = None
-                self._marks[key] = (step, row[:n], type_name(kind), slot)
+                n = min(ids.size, row.size)
+                row[:n] = ids[:n]
+                row[:n].sort()
+                ids = None
+                self._marks[key] = (step, row[:n], type_name(kind), slot, share)
         self._counts = {id(kind): count for kind, count in counts.items()}
 
     # -- containers -----------------------------------------------------------
@@ -710,19 +751,28 @@ class LeakWatch:
             mark = self._marks.get(id(kind)) if kind is not None else None
             if mark is not None and mark[2] == type_name(kind) and mark[0] < step:
                 # (A mark made at this walk tells nothing new apart yet.)
-                fresh = _not_marked(instances, mark[1])
+                fresh = _not_marked(instances, mark[1], mark[4])
                 since = mark[0]
+            elif kind is not None and self._baseline is not None and self._baseline_step < step:
+                fresh = _not_marked(instances, self._baseline)
+                since = self._baseline_step
             else:
                 fresh, since = instances, None
             instances = None
             # The newest instances are the step's own (a local, this step's
             # loss): what leaks is what is still alive a while after it was
-            # made, so the newest tenth is left out of the sample.
-            sample = _spread(fresh[: len(fresh) - len(fresh) // 10] if len(fresh) >= 10 else fresh, TRACE_SAMPLE)
+            # made, so the newest few are left out of the sample (a tenth, at
+            # most TRACE_SAMPLE). Half the sample is spread over the rest,
+            # half is dense among the newest of it: along a chain (a wrapper
+            # wrapping the last one, a handler chaining to the one before)
+            # only the newest few links are within a trace's reach.
+            skip = min(len(fresh) // 10, TRACE_SAMPLE)
+            sample = _ladder(fresh[: len(fresh) - skip], TRACE_SAMPLE)
             new = len(fresh)
             fresh = None
             result = referrers.trace(sample, time_cap_s=self._trace_cap(),
-                                     exclude=_census_lists(census) + [sample], local_hops=census.local_hops)
+                                     exclude=_census_lists(census) + [sample], local_hops=census.local_hops,
+                                     fresh=self._fresh_objects(census))
             sample = None
             spent += result.seconds
             self.trace_seconds += result.seconds
@@ -763,6 +813,21 @@ class LeakWatch:
         if self.wants_locals and census.local_hops is None and not self._local_arrays_now:
             self._local_arrays_now = _local_arrays(referrers.running_locals())
         self._tell(report)
+
+    def _fresh_objects(self, census):
+        """The census's objects made since the baseline walk (by id: one
+        whose address an older object had is taken for old), or None."""
+        if self._baseline is None:
+            return None
+        if self._fresh is None:
+            objects = census.objects
+            ids = np.fromiter(map(id, objects), np.int64, len(objects))
+            where = np.searchsorted(self._baseline, ids)
+            where[where >= self._baseline.size] = 0
+            new = np.flatnonzero(self._baseline[where] != ids)
+            ids = where = None
+            self._fresh = [objects[i] for i in new] if new.size <= MAX_FRESH else []
+        return self._fresh or None
 
     def _culprit_targets(self, culprit, census, report=None):
         """(the culprit's type, its live instances) to trace; a retracing
@@ -1039,14 +1104,40 @@ def _growth_holding_arrays(culprit, report, local_hops, before: dict) -> list:
     return arrays[:LOCAL_ARRAYS_TRACED]
 
 
-def _not_marked(instances: list, marked: np.ndarray) -> list:
-    """The instances whose id is not among the sorted ``marked`` ids."""
+def _mark_share(count: int, room: int) -> int:
+    """One in how many of ``count`` ids is noted so that they fit in
+    ``room`` (with a margin for the hash's spread)."""
+    return max(1, math.ceil(1.25 * count / max(room, 1)))
+
+
+_HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads aligned addresses
+
+
+def _share_mask(ids: np.ndarray, share: int) -> np.ndarray:
+    """Which ``ids`` fall in the hashed one-in-``share`` subset (every id for 1).
+    Addresses are 16-byte aligned and objects of one type sit at a fixed
+    stride in their pools, so the address is hashed before it is bucketed."""
+    if share <= 1:
+        return np.ones(ids.size, bool)
+    hashed = (ids.view(np.uint64) >> np.uint64(4)) * _HASH
+    return (hashed >> np.uint64(40)) % np.uint64(share) == 0
+
+
+def _in_share(ids: np.ndarray, share: int) -> np.ndarray:
+    return ids if share <= 1 else ids[_share_mask(ids, share)]
+
+
+def _not_marked(instances: list, marked: np.ndarray, share: int = 1) -> list:
+    """The instances, of the hashed subset the mark noted (one in
+    ``share``), whose id is not among the sorted ``marked`` ids."""
     if not instances:
         return []
     ids = np.fromiter(map(id, instances), np.int64, len(instances))
+    new = _share_mask(ids, share)
     where = np.searchsorted(marked, ids)
     where[where >= marked.size] = 0
-    new = marked[where] != ids if marked.size else np.ones(ids.size, bool)
+    if marked.size:
+        new &= marked[where] != ids
     return [instances[i] for i in np.flatnonzero(new)]
 
 
@@ -1093,6 +1184,24 @@ def _spread(items: list, count: int) -> list:
         return list(items)
     step = n / count
     return [items[min(n - 1, int(n - 1 - i * step))] for i in range(count)]
+
+
+def _ladder(items: list, count: int) -> list:
+    """Up to ``count`` items: half at geometric distances from the newest
+    (last): 1st, 2nd, 3rd, 5th, 8th, ...; the rest evenly spread."""
+    n = len(items)
+    if n <= count:
+        return list(items)
+    chosen: dict[int, object] = {}
+    back, ratio = 1.0, n ** (1.0 / max(count // 2, 1))
+    while len(chosen) < count // 2 and back <= n:
+        chosen.setdefault(n - int(back), items[n - int(back)])
+        back = max(back + 1, back * ratio)
+    for index in range(count):
+        if len(chosen) >= count:
+            break
+        chosen.setdefault(int(index * n / count), items[int(index * n / count)])
+    return list(chosen.values())
 
 
 def _census_lists(census) -> list:
@@ -1165,5 +1274,5 @@ def _bounded_hops(hops) -> list:
     out = []
     for hop in referrers.cut_hops(list(hops)):
         out.append({k: (referrers.bound(v) if isinstance(v, str) else v) for k, v in hop.items()
-                    if k in ("kind", "owner", "name", "where", "key_type", "keys", "holds")})
+                    if k in ("kind", "owner", "name", "where", "key_type", "keys", "holds", "count", "min_count")})
     return out

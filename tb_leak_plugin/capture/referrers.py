@@ -262,6 +262,10 @@ class _Roots:
         for hop, value in (running_locals() if local_hops is None else local_hops):
             if id(type(value)) not in _ATOMIC_IDS:
                 self.locals.setdefault(id(value), (hop, value))
+        # The interpreter's signal handlers: roots no Python object refers to
+        # (a handler that chains to the one it replaced keeps every one before).
+        for hop, value in _signal_handlers():
+            self.locals.setdefault(id(value), (hop, value))
 
         # id(container) -> the hops from its module global to it, for the
         # registries of libraries known to keep what a program makes per
@@ -275,6 +279,33 @@ class _Roots:
 
     def release(self):
         self.locals.clear()
+
+
+def _signal_handlers() -> list:
+    """``(hop, handler)`` of the Python functions installed as signal
+    handlers (read with ``signal.getsignal``, which runs no program code)."""
+    module = sys.modules.get("signal")
+    if module is None:
+        return []
+    out = []
+    try:
+        numbers = sorted(module.valid_signals())
+    except Exception:
+        return []
+    for number in numbers:
+        try:
+            handler = module.getsignal(number)
+        except Exception:
+            continue
+        if handler is None or id(type(handler)) in _ATOMIC_IDS or type(handler) is types.BuiltinFunctionType \
+                or issubclass(type(handler), int):
+            continue  # SIG_DFL, SIG_IGN, Python's own KeyboardInterrupt handler
+        try:
+            name = module.Signals(number).name
+        except Exception:
+            name = str(number)
+        out.append(({"kind": "registry", "name": f"signal handler of {name}"}, handler))
+    return out
 
 
 def _running_frames() -> list:
@@ -519,7 +550,19 @@ def _hop(holder, child, namer) -> tuple[dict, bool]:
     if kind is types.CellType:
         return {"kind": "cell"}, False
     if kind is types.FunctionType:
-        return {"kind": "function", "owner": _short(holder.__qualname__)}, False
+        return {"kind": "function", "owner": _short(holder.__qualname__, 96)}, False
+    if kind is types.MethodType:
+        # A bound method: which method, and whether it holds its object or its function.
+        try:
+            function, bound_to = holder.__func__, holder.__self__
+            name = _plain(_type_attr(type(function), "__qualname__") if type(function) is not types.FunctionType
+                          else function.__qualname__) or "?"
+        except Exception:
+            function, bound_to, name = None, None, "?"
+        slot = "__self__" if child is bound_to else "__func__" if child is function else None
+        function = bound_to = None
+        name = ".".join(name.split(".")[-2:])  # Class.method: a nested function's <locals> left out
+        return {"kind": "attribute", "owner": f"method `{_short(name, 80)}`", "name": slot or "?"}, False
     if kind is types.GeneratorType or kind is types.CoroutineType:
         running = holder.gi_running if kind is types.GeneratorType else holder.cr_running
         # A running generator's frame is another thread's (or ours): not read.
@@ -573,7 +616,7 @@ def _closure_name(function, cell) -> str | None:
 
 
 def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_depth: int = MAX_DEPTH,
-          local_hops=None) -> TraceResult:
+          local_hops=None, fresh=None) -> TraceResult:
     """Shortest reference paths from a root to each of ``targets``.
 
     ``exclude``: objects never counted as holders (the caller's own lists).
@@ -581,6 +624,10 @@ def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_d
     target is the tracked holder of an untracked object, e.g. ``tuple``).
     ``local_hops``: the running functions' locals as ``running_locals``
     read them before a census listed the objects (default: read now).
+    ``fresh``: the objects made since a baseline (the caller's list; see
+    `_through_fresh`): the search first climbs through them in memory, so
+    a chain of new objects of any length (a wrapper wrapping the last one,
+    a future holding a condition holding a lock) costs no pass of the heap.
     Objects of tb-leak's own types are never holders. Never raises; returns
     what it found within ``time_cap_s`` (the search takes up to 80% of it,
     naming the hops the rest).
@@ -588,12 +635,12 @@ def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_d
     started = time.perf_counter()
     try:
         return _trace(list(targets), started, time_cap_s, list(exclude) + [targets], suffixes, max_depth,
-                      local_hops)
+                      local_hops, fresh)
     except Exception:
         return TraceResult([], len(targets), 0, time.perf_counter() - started, False)
 
 
-def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hops=None) -> TraceResult:
+def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hops=None, fresh=None) -> TraceResult:
     search_deadline = started + 0.8 * time_cap_s
     deadline = started + time_cap_s
     roots = _Roots(local_hops)
@@ -604,17 +651,27 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
     nodes: dict[int, object] = {}
     parent: dict[int, list] = {}   # id(child) -> ids of its holders, in the order found
     rooted: dict[int, str] = {}    # id(node) -> label of the root holding it
+    # id(node) -> a ``native`` root hop: no object the collector lists refers
+    # to the node (the interpreter or C code holds it). Used only where no
+    # chain reaches a root the collector sees.
+    orphans: dict[int, dict] = {}
     own_kinds: dict[int, bool] = {}  # id(type) -> whether tb-leak defines it
     root_holders: dict[int, object] = {}  # id(node) -> the module namespace or class holding it
-    own.update((id(nodes), id(parent), id(rooted), id(roots.locals), id(root_holders)))
+    own.update((id(nodes), id(parent), id(rooted), id(roots.locals), id(root_holders), id(orphans)))
     for target in targets:
         nodes[id(target)] = target
     target_ids = list(nodes)
-    frontier = list(nodes.values())
+    # One of the caller's own lists among the targets (a census samples
+    # every list) is not followed: nothing of the program holds it.
+    frontier = [node for node in nodes.values() if id(node) not in own]
     complete = True
     levels = 0
     namer = _Namer(roots, deadline)
     try:
+        if fresh:
+            own.add(id(fresh))
+            frontier = _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, own, own_kinds,
+                                      started + 0.55 * time_cap_s)
         while frontier:
             # A running function's local variable is the shortest root.
             for node in frontier:
@@ -636,6 +693,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             own.add(id(referrers))
             next_frontier = []
             own.add(id(next_frontier))
+            held: set = set()  # ids of the frontier's nodes some object holds
+            own.add(id(held))
             cut = False
             # Roots first (module namespaces, classes): an object both a root
             # and a container hold gets the root (the shorter path).
@@ -648,7 +707,11 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                         cut = True
                         break
                     holder_id = id(holder)
-                    if holder_id in own or holder_id in wanted:
+                    if holder_id in own:
+                        continue
+                    if holder_id in wanted:
+                        if roots_pass:
+                            _note_held(holder, wanted, held)
                         continue
                     kind = type(holder)
                     is_root = holder_id in roots.module_dicts or holder_id in roots.registries \
@@ -656,11 +719,14 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                     if is_root is not roots_pass:
                         continue
                     if not _may_hold(holder, kind, is_root, nodes, own_kinds):
+                        _note_held(holder, wanted, held)  # held, by something never named
                         continue
                     try:
-                        children = [c for c in gc.get_referents(holder) if id(c) in wanted and id(c) not in rooted]
+                        children = [c for c in gc.get_referents(holder) if id(c) in wanted]
                     except Exception:
                         continue
+                    held.update(id(c) for c in children)
+                    children = [c for c in children if id(c) not in rooted]
                     if not children:
                         continue
                     for child in children:
@@ -683,6 +749,11 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                             break
                 if cut:
                     break
+            if not cut:
+                for node in frontier:
+                    if id(node) not in held and id(node) not in rooted:
+                        orphans[id(node)] = {"kind": "native", "owner": _type_label(node)}
+            held = None
             referrers = args = holder = None
             frontier = next_frontier
             next_frontier = None
@@ -693,8 +764,11 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
         own_paths: set = set()
         found = 0
         chains = []
+        either = collections.ChainMap(rooted, orphans)
         for index, target_id in enumerate(target_ids):
             chain = _chain(target_id, parent, rooted)
+            if chain is None and orphans:
+                chain = _chain(target_id, parent, either)
             if chain is not None:
                 chains.append((index, chain))
                 ids = chain[1]
@@ -704,6 +778,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                     namer.want(root_holders[ids[0]], nodes[ids[0]])
         per_target: list = [None] * len(target_ids)
         concrete: dict[tuple, dict] = {}  # signature -> {position: set of concrete key names}
+        repeats: dict[tuple, list] = {}  # (signature, position) -> [fewest, most] repeats of a chain
         first_hops: dict[tuple, list] = {}
         for index, (root, ids) in chains:
             if root is _ROOT:
@@ -717,7 +792,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             ours = any(_is_own_object(node) for node in chain_nodes[:-1]) or (
                 root.get("kind") == "global" and _is_own_module_name(root.get("name")))
             hops = [_hop(chain_nodes[i], chain_nodes[i + 1], namer)[0] for i in range(len(chain_nodes) - 1)]
-            path = [root] + prefix + _collapse(hops, chain_nodes[:-1])
+            path = [root] + prefix + _fold(_collapse(hops, chain_nodes[:-1]))
             if root.get("kind") == "class_namespace" and len(path) > 1 and path[1].get("kind") == "key" \
                     and path[1].get("key_type") == "str":
                 # type -> its namespace dict -> value: one class attribute.
@@ -737,6 +812,9 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                     names = keys.setdefault(position, set())
                     if len(names) < 4096:
                         names.add(hop.get("name"))
+                elif hop.get("kind") == "repeat":
+                    counts = repeats.setdefault((signature, position), [hop["count"], hop["count"]])
+                    counts[0], counts[1] = min(counts[0], hop["count"]), max(counts[1], hop["count"])
             first_hops.setdefault(signature, path)
             if ours:
                 own_paths.add(signature)
@@ -746,6 +824,10 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             for position, names in concrete[sig].items():
                 if len(names) > 1:
                     hops[position] = {**wildcard(hops[position]), "keys": len(names)}
+            for position, hop in enumerate(hops):
+                if hop.get("kind") == "repeat":
+                    low, high = repeats.get((sig, position), (hop["count"], hop["count"]))
+                    hops[position] = {**hop, "count": high, "min_count": low}
             held_by.append(HeldBy(path=[hop_text(h) for h in hops], instances=count, signature=sig, hops=hops))
         held_by.sort(key=lambda h: (-h.instances, len(h.path)))
         if found < len(target_ids):
@@ -755,8 +837,137 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
     finally:
         nodes.clear()
         root_holders.clear()
+        orphans.clear()
         roots.release()
         frontier = None
+
+
+# Objects of a chain climbed in memory at most (see _through_fresh).
+MAX_CLIMBED = 50_000
+
+
+def _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, own, own_kinds, deadline) -> list:
+    """Climbs from ``frontier`` through the holders that are among ``fresh``
+    (objects made since a baseline), with one ``gc.get_referents`` per fresh
+    object instead of one pass of the heap per level; fills ``parent`` and
+    ``nodes`` on the way and returns the topmost objects reached (those no
+    fresh object holds: an old container, a root or the interpreter holds
+    them), for the search of the heap to go on from. A leak's objects are
+    new and what accumulates them is old, so the heap passes left are the
+    few from the accumulation point to a root. Past ``deadline`` it gives
+    up and returns ``frontier`` as it was."""
+    wanted = {id(x) for x in fresh}
+    wanted.update(id(x) for x in frontier)
+    own.add(id(wanted))
+    up: dict[int, list] = {}     # id(child) -> ids of its fresh holders
+    by_id: dict[int, object] = {}
+    own.update((id(up), id(by_id)))
+    try:
+        for index, holder in enumerate(fresh):
+            if index % 512 == 0 and time.perf_counter() > deadline:
+                return frontier
+            holder_id = id(holder)
+            if holder_id in own:
+                continue
+            kind = type(holder)
+            is_root = holder_id in roots.module_dicts or holder_id in roots.registries or issubclass(kind, type)
+            if not _may_hold(holder, kind, is_root, nodes, own_kinds):
+                continue
+            try:
+                referents = gc.get_referents(holder)
+            except Exception:
+                continue
+            for child in referents:
+                child_id = id(child)
+                if child_id in wanted and child_id != holder_id:
+                    holders = up.setdefault(child_id, [])
+                    if len(holders) < 8:
+                        holders.append(holder_id)
+                        by_id[holder_id] = holder
+            referents = None
+        holder = None
+        tops = []
+        queue = list(frontier)
+        own.add(id(queue))
+        seen = {id(x) for x in queue}
+        for node in queue:
+            node_id = id(node)
+            local = roots.locals.get(node_id)
+            if local is not None and local[1] is node:
+                rooted[node_id] = local[0]
+                continue
+            holders = up.get(node_id)
+            if not holders:
+                tops.append(node)
+                continue
+            chain = []
+            for holder_id in holders:
+                holder = by_id[holder_id]
+                if holder_id in roots.module_dicts or holder_id in roots.registries or issubclass(type(holder), type):
+                    rooted[node_id] = _ROOT
+                    root_holders[node_id] = holder
+                    chain = None
+                    break
+                chain.append(holder_id)
+            holder = None
+            if chain is None:
+                continue
+            parent[node_id] = chain
+            for holder_id in chain:
+                if holder_id not in seen and len(seen) < MAX_CLIMBED:
+                    seen.add(holder_id)
+                    nodes[holder_id] = by_id[holder_id]
+                    queue.append(by_id[holder_id])
+        queue = None
+        # The tops nearest the targets first (found first), as many as a
+        # level of the search follows.
+        return tops[:MAX_FRONTIER]
+    finally:
+        up.clear()
+        by_id.clear()
+        wanted.clear()
+
+
+def _note_held(holder, wanted: set, held: set) -> None:
+    """Notes which of the ``wanted`` nodes ``holder`` refers to."""
+    try:
+        held.update(id(c) for c in gc.get_referents(holder) if id(c) in wanted)
+    except Exception:
+        pass
+
+
+# A chain of the same hops at most this long is folded into one ``repeat`` hop.
+_REPEAT_UNIT = 3
+
+
+def _fold(hops: list[dict]) -> list[dict]:
+    """Runs of the same hops (a unit of one to three, twice or more in a
+    row) as one ``repeat`` hop with its count: a wrapper that wraps the one
+    before, a handler that chains to the one it replaced. Every instance
+    along such a chain has a path of its own length; folded, they share one
+    signature (``(closure of `wrapper` `fn`) × n``)."""
+    texts = [hop_text(wildcard(hop)) for hop in hops]
+    out: list[dict] = []
+    index = 0
+    while index < len(hops):
+        folded = None
+        for size in range(1, _REPEAT_UNIT + 1):
+            unit = texts[index:index + size]
+            if len(unit) < size:
+                break
+            count = 1
+            while texts[index + count * size:index + (count + 1) * size] == unit:
+                count += 1
+            if count >= 2:
+                folded = ({"kind": "repeat", "name": " → ".join(unit), "count": count}, count * size)
+                break
+        if folded is None:
+            out.append(hops[index])
+            index += 1
+        else:
+            out.append(folded[0])
+            index += folded[1]
+    return out
 
 
 def _may_hold(holder, kind, is_root, nodes, own_kinds) -> bool:
