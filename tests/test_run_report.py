@@ -499,3 +499,25 @@ def test_memory_that_grew_between_full_collections_and_fell_at_close_is_a_leak()
     assert report.verdict == "leak"
     undecided = build_run_report(run([1, 0, 0, 0, 0, 0, 0, 0, 1]))
     assert {s.tag: s for s in undecided.series}["leak/process/malloc_bytes"].verdict != "leak"
+
+
+def test_a_growing_set_of_strings_is_a_leak_on_its_own_and_a_list_of_floats_is_not():
+    """A de-duplication set keeps every fingerprint (16 strings a step): no
+    object count sees the strings (the collector does not track them) and
+    memory is too noisy to decide, but the set's length is an exact count
+    that grows at every walk: the run leaks, named by the container. The same
+    growth of a list of floats names where a leak would accumulate and is not
+    one on its own."""
+    rng = np.random.default_rng(8)
+    steps = np.arange(0, 5000, 10)
+    walks = np.array([0, 700, 1400, 2100, 2800, 3500, 4200, 4990])
+    rss = _series("process", "rss_anon_bytes", "bytes", steps, 900 * MiB + rng.normal(0, 600e3, steps.size))
+    blocks = _series("python", "allocated_blocks", "blocks", steps, 3e6 + 17.0 * steps + rng.normal(0, 4e5, steps.size))
+    kept = _series("containers", "length", "count", walks, 16.0 * walks,
+                   subject="_train() local `dupes` (dedup.py:108) → DupeFilter.fingerprints → set")
+    report = build_run_report(_run(rss, blocks, kept, _available(steps)))
+    assert report.verdict == "leak", report.reason
+    assert "DupeFilter.fingerprints" in report.culprits[0].name
+    floats = _series("containers", "length", "count", walks, 16.0 * walks,
+                     subject="_train() local `losses` (dedup.py:108) → list of float")
+    assert build_run_report(_run(rss, blocks, floats, _available(steps))).verdict != "leak"

@@ -30,7 +30,7 @@ ROLE_TENSORS = "tensors"    # live tensors and arrays: evidence and clue
 ROLE_OBJECTS = "objects"    # live objects by type: culprits (tested together)
 ROLE_TRACES = "traces"      # tf.function traces and instances: retracing
 ROLE_GC = "gc"              # uncollectable cycles
-ROLE_CONTAINERS = "containers"  # lengths of growing containers: clue, never a verdict alone
+ROLE_CONTAINERS = "containers"  # lengths of growing containers: evidence, unless of numbers (a clue)
 ROLE_CONTEXT = "context"    # shown, never judged: peaks, system memory, counters
 
 def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str:
@@ -367,6 +367,13 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits += _memory_culprits([r for r in by_role.get(ROLE_MEMORY, []) if r.tag not in explained], culprits,
                                  by_role.get(ROLE_TENSORS, []) + by_role.get(ROLE_OBJECTS, []))
     containers = _container_culprits(by_role.get(ROLE_CONTAINERS, []), run)
+    # A container's length is an exact count, like a type's: one that keeps
+    # growing is a leak (a set of fingerprints, whose strings no object count
+    # sees), unless its items are numbers (a list of losses: a clue where a
+    # leak accumulates, not a leak of memory). Within Python's memory
+    # certified flat it is told, not called a leak (see _run_verdict).
+    culprits += [c for c in containers if not str(c.name).endswith(_ATOMIC_ITEMS)]
+    containers = [c for c in containers if str(c.name).endswith(_ATOMIC_ITEMS)]
     let_go = _let_go_at_close(by_role, run)
     traces_dict = None
     if trace_report is not None:
@@ -376,8 +383,8 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
 
     verdict, confidence, reason = _run_verdict(by_role, culprits, explained)
     if verdict == "leak":
-        # A growing container names where a leak accumulates; alone (a list
-        # of floats kept per step) it is not a leak of memory.
+        # A growing container of numbers names where a leak accumulates;
+        # alone (a list of floats kept per step) it is not a leak of memory.
         culprits = sorted(culprits + containers + creations + let_go, key=_culprit_rank)
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
     if earlier and verdict != "leak":
