@@ -463,11 +463,3 @@ def test_the_hashed_share_of_a_large_type_tells_its_new_instances():
     fresh = online._not_marked(old + new, marked, share)
     assert {id(x) for x in fresh} <= {id(x) for x in new}
     assert abs(len(fresh) - len(new) / share) < 0.2 * len(new) / share
-
-
-def test_a_trace_sample_reaches_the_newest_and_spreads_over_the_rest():
-    items = list(range(1000))
-    sample = online._ladder(items, 32)
-    assert len(sample) == len(set(sample)) == 32
-    assert {999, 998, 997} <= set(sample)
-    assert min(sample) < 100

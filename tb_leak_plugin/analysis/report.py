@@ -400,8 +400,12 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     culprits = holders.merge_by_holder(culprits)
     # Within one level of confidence, a culprit whose holder was traced comes
     # first: it says where to fix the leak (an op that retains its outputs,
-    # from the profiler, names the same leak without saying who keeps them).
-    culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20, not (c.details or {}).get("held_by")))
+    # from the profiler, names the same leak without saying who keeps them);
+    # so does one that names a known mechanism with its fix (a retraced
+    # tf.function, a TF1 graph that grows, Keras's global state), which the
+    # types it is made of (its Operations, its traced functions) come after.
+    culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20,
+                                 not ((c.details or {}).get("held_by") or c.kind in _MECHANISM_KINDS)))
     known = library_leaks.label(culprits)
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = list({c.hint: hints_lib.HINTS[c.hint] for c in culprits if c.hint}.values())
@@ -530,6 +534,7 @@ def _not_the_programs(by_role) -> dict:
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
                ROLE_CONTEXT: 5}
+_MECHANISM_KINDS = ("retracing", "graph", "runtime")
 _KIND_ORDER = {"op": 0, "retracing": 1, "graph": 1, "runtime": 1, "object_type": 2, "tensors": 3, "container": 3.5, "series": 4,
                "gc": 5}
 
@@ -816,14 +821,19 @@ def _run_verdict(by_role, culprits, explained) -> tuple[str, float, str]:
     Otherwise ``inconclusive``, saying which series could not decide and
     how many more steps would."""
     evidence = [c for c in culprits if c.kind != "op"]
-    # Python objects live in Python's blocks: where those are certified
-    # under materiality, a type (or container) that grows costs no memory
-    # worth the name (a state snapshot kept per epoch: 30 records in 3,000
-    # steps), and is told, not called a leak.
+    # Python objects live in Python's blocks, and the large ones (a 64 KiB
+    # bytearray, an array's data) in the C allocator's: where both are
+    # certified under materiality (or the blocks, where the allocator is not
+    # measured), a type (or container) that grows costs no memory worth the
+    # name (a state snapshot kept per epoch: 30 records in 3,000 steps), and
+    # is told, not called a leak.
     blocks = next((r for r in by_role.get(ROLE_MEMORY, []) if r.measure == "allocated_blocks"
                    and r.trend is not None), None)
+    malloc = next((r for r in by_role.get(ROLE_MEMORY, []) if r.measure == "malloc_bytes"
+                   and r.trend is not None), None)
     within = []
-    if blocks is not None and blocks.trend.verdict == "no_leak":
+    if blocks is not None and blocks.trend.verdict == "no_leak" and (
+            malloc is None or malloc.trend.verdict == "no_leak"):
         within = [c for c in evidence if c.kind in ("object_type", "container")]
         evidence = [c for c in evidence if c not in within]
     if evidence:

@@ -413,6 +413,10 @@ class Monitor:
         self._train_s = 0.0
         self._loop_start_s = 0.0  # training time at the first sample
         self._requested_s = 0.0  # the profiler window's start and stop (profile_steps)
+        # What the leak watch spent beyond the spare time it was given (its
+        # first trace, its early analyses: see online.FIRST_TRACE_S and
+        # online.EARLY_ANALYSES): past the budget, not out of the heap walks'.
+        self._overdraft_s = 0.0
         self._monitor_s = 0.0
         self._last_return = time.perf_counter()
         self._closed = False
@@ -590,6 +594,8 @@ class Monitor:
             "monitor_seconds": self._monitor_s,
             "train_seconds": self._train_s,
             "budget_seconds": budget_s,
+            # The leak watch's first traces and early analyses, past the budget.
+            "overdraft_seconds": self._overdraft_s,
             "contention": self._contention(),
             "units": {u.name: {"runs": u.runs, "cost_seconds": u.cost_s, "spent_seconds": u.spent_s,
                                "probes": [p.name for p in u.probes]}
@@ -715,12 +721,16 @@ class Monitor:
                     # online.WATCH_SHARE of what the walks cost).
                     before = self._watch.analysis_seconds + self._watch.trace_seconds
                     self._watch.contention = self._contention()
+                    spare = self._watch_spare_s(due)
                     spent = self._watch.after_walk(step, wall_time, census, self._write_extra,
-                                                   costs.get("heap", 0.0), spare_s=self._watch_spare_s(due))
+                                                   costs.get("heap", 0.0), spare_s=spare)
                     self._watch_s += spent
+                    over = max(spent - max(spare, 0.0), 0.0) if spare is not None and not self._finalizing else 0.0
+                    self._overdraft_s += over
+                    paid_elsewhere += over  # by the overdraft: no unit's cost
                     heap = next((u for u in due if u.needs_objects), None)
                     if heap is not None:
-                        costs[heap.name] = costs.get(heap.name, 0.0) + spent
+                        costs[heap.name] = costs.get(heap.name, 0.0) + spent - over
                     optional = self._watch.analysis_seconds + self._watch.trace_seconds - before
                 else:
                     cheap = next((u for u in due if u.name == "cheap"), None)
@@ -899,8 +909,9 @@ class Monitor:
                    unit.share * self._run_budget_s() - walk - (self._final_walk_s() or 0.0))
 
     def _spent_now(self) -> float:
-        """Monitor seconds so far, the sample in progress included."""
-        return self._monitor_s + (time.perf_counter() - self._sample_started)
+        """Monitor seconds so far charged to the budget (the watch's
+        overdraft aside), the sample in progress included."""
+        return self._monitor_s - self._overdraft_s + (time.perf_counter() - self._sample_started)
 
     def _contention(self) -> float:
         """Wall seconds per CPU second of the heap walks so far (1 on an idle

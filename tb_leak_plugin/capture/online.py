@@ -760,14 +760,12 @@ class LeakWatch:
                 fresh, since = instances, None
             instances = None
             # The newest instances are the step's own (a local, this step's
-            # loss): what leaks is what is still alive a while after it was
-            # made, so the newest few are left out of the sample (a tenth, at
-            # most TRACE_SAMPLE). Half the sample is spread over the rest,
-            # half is dense among the newest of it: along a chain (a wrapper
-            # wrapping the last one, a handler chaining to the one before)
-            # only the newest few links are within a trace's reach.
-            skip = min(len(fresh) // 10, TRACE_SAMPLE)
-            sample = _ladder(fresh[: len(fresh) - skip], TRACE_SAMPLE)
+            # loss, the model a step builds): what leaks is what is still
+            # alive a while after it was made, so the newest tenth is left
+            # out of the sample. (Along a chain, where older links are
+            # deeper, the climb through what is new reaches them: see
+            # referrers._through_fresh.)
+            sample = _spread(fresh[: len(fresh) - len(fresh) // 10] if len(fresh) >= 10 else fresh, TRACE_SAMPLE)
             new = len(fresh)
             fresh = None
             result = referrers.trace(sample, time_cap_s=self._trace_cap(),
@@ -1184,24 +1182,6 @@ def _spread(items: list, count: int) -> list:
         return list(items)
     step = n / count
     return [items[min(n - 1, int(n - 1 - i * step))] for i in range(count)]
-
-
-def _ladder(items: list, count: int) -> list:
-    """Up to ``count`` items: half at geometric distances from the newest
-    (last): 1st, 2nd, 3rd, 5th, 8th, ...; the rest evenly spread."""
-    n = len(items)
-    if n <= count:
-        return list(items)
-    chosen: dict[int, object] = {}
-    back, ratio = 1.0, n ** (1.0 / max(count // 2, 1))
-    while len(chosen) < count // 2 and back <= n:
-        chosen.setdefault(n - int(back), items[n - int(back)])
-        back = max(back + 1, back * ratio)
-    for index in range(count):
-        if len(chosen) >= count:
-            break
-        chosen.setdefault(int(index * n / count), items[int(index * n / count)])
-    return list(chosen.values())
 
 
 def _census_lists(census) -> list:

@@ -266,6 +266,10 @@ class _Roots:
         # (a handler that chains to the one it replaced keeps every one before).
         for hop, value in _signal_handlers():
             self.locals.setdefault(id(value), (hop, value))
+        # What tb-leak's own running functions hold in their locals (a sample
+        # being recorded): no Python object the collector lists refers to it
+        # either, but it is not held outside Python.
+        self.own_values: set[int] = _own_frame_values()
 
         # id(container) -> the hops from its module global to it, for the
         # registries of libraries known to keep what a program makes per
@@ -279,6 +283,22 @@ class _Roots:
 
     def release(self):
         self.locals.clear()
+
+
+def _own_frame_values() -> set:
+    """Ids of the values tb-leak's own running functions hold in their
+    locals, on the calling thread (their snapshots emptied again)."""
+    out: set = set()
+    try:
+        frame = sys._getframe(2)  # from the caller of the caller (_Roots): not its loop's last value
+    except Exception:
+        return out
+    clear = sys.gettrace() is None and sys.getprofile() is None
+    while frame is not None:
+        if _is_own_frame(frame) and frame.f_code.co_flags & _CO_OPTIMIZED:
+            out.update(id(value) for _name, value in _read_locals(frame, clear))
+        frame = frame.f_back
+    return out
 
 
 def _signal_handlers() -> list:
@@ -751,7 +771,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                     break
             if not cut:
                 for node in frontier:
-                    if id(node) not in held and id(node) not in rooted:
+                    # (What tb-leak's own running functions hold is held by them.)
+                    if id(node) not in held and id(node) not in rooted and id(node) not in roots.own_values:
                         orphans[id(node)] = {"kind": "native", "owner": _type_label(node)}
             held = None
             referrers = args = holder = None
