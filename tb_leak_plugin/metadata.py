@@ -330,7 +330,7 @@ def hop_text(hop) -> str:
     elif kind == "registry":
         text = f"interpreter registry `{name}`"
     elif kind == "native":
-        text = f"{owner} held outside Python (interpreter or C state)"
+        text = f"{owner} held outside Python (interpreter or C state, another thread's running function)"
     elif kind == "repeat":
         count, low = hop.get("count"), hop.get("min_count")
         if not isinstance(count, int):
@@ -361,6 +361,8 @@ def wildcard(hop: dict) -> dict:
     through a thousand keys, or along a chain, is one path."""
     if hop.get("kind") == "repeat":
         return {"kind": "repeat", "name": hop.get("name")}
+    if hop.get("kind") == "elided":
+        return {"kind": "elided", "name": "n"}  # paths of different lengths with the same two ends
     if hop.get("kind") != "key" or hop.get("key_type") != "str":
         return hop
     pattern = _DIGITS.sub("*", hop.get("name") or "")

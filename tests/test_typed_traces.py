@@ -463,3 +463,81 @@ def test_the_hashed_share_of_a_large_type_tells_its_new_instances():
     fresh = online._not_marked(old + new, marked, share)
     assert {id(x) for x in fresh} <= {id(x) for x in new}
     assert abs(len(fresh) - len(new) / share) < 0.2 * len(new) / share
+
+
+class _Node:
+    def __init__(self):
+        self.child = _Child(self)
+
+
+class _Child:
+    def __init__(self, parent):
+        self.parent = parent
+
+
+CYCLES: list = []
+
+
+def test_new_objects_that_refer_to_each_other_are_still_traced_to_what_holds_them():
+    """A node and its child point at each other: every new object has a new
+    holder, and the old list that keeps them is found from any of them."""
+    import gc
+
+    baseline = {id(x) for x in gc.get_objects()}
+    CYCLES[:] = [_Node() for _ in range(50)]
+    fresh = [x for x in gc.get_objects() if id(x) not in baseline]
+    result = referrers.trace(CYCLES[-5:], time_cap_s=2.0, fresh=fresh)
+    fresh = None
+    path = result.held_by[0].path
+    assert result.found == 5 and path[0].endswith("test_typed_traces.CYCLES`") and path[1:] == ["list"], path
+    CYCLES.clear()
+
+
+class _Held:
+    pass
+
+
+class _Box:
+    def __init__(self, held):
+        self.held = held
+
+
+BOXES: list = []
+
+
+def test_a_level_cut_at_its_widest_names_nothing_as_held_outside_python():
+    targets = [_Held() for _ in range(32)]
+    BOXES[:] = [_Box(t) for t in targets for _ in range(4)]
+    result = referrers.trace(targets, time_cap_s=2.0)
+    paths = [h.path for h in result.held_by]
+    assert not any("held outside Python" in p[0] for p in paths), paths
+    BOXES.clear()
+
+
+def test_a_signal_handler_whose_hash_is_hostile_is_read_without_running_it():
+    import signal
+
+    calls = []
+
+    class Handler:
+        def __init__(self):
+            self.held = [_Held()]
+
+        def __call__(self, signum, frame):
+            pass
+
+        def __hash__(self):
+            calls.append(1)
+            raise RuntimeError("no")
+
+    import _signal
+
+    previous = _signal.getsignal(signal.SIGUSR2)
+    _signal.signal(signal.SIGUSR2, Handler())  # (signal.signal's wrapper would hash it)
+    calls.clear()
+    try:
+        result = referrers.trace([_signal.getsignal(signal.SIGUSR2).held[0]], time_cap_s=2.0)
+    finally:
+        _signal.signal(signal.SIGUSR2, previous)
+    assert not calls
+    assert result.held_by[0].path[0] == "interpreter registry `signal handler of SIGUSR2`", result.held_by[0].path

@@ -725,7 +725,11 @@ class Monitor:
                     spent = self._watch.after_walk(step, wall_time, census, self._write_extra,
                                                    costs.get("heap", 0.0), spare_s=spare)
                     self._watch_s += spent
-                    over = max(spent - max(spare, 0.0), 0.0) if spare is not None and not self._finalizing else 0.0
+                    optional_now = self._watch.analysis_seconds + self._watch.trace_seconds - before
+                    # Past the budget: only the analyses and traces run beyond it
+                    # (a first trace, an early analysis), never the walk's own work.
+                    over = max(min(spent - max(spare, 0.0), optional_now), 0.0) \
+                        if spare is not None and not self._finalizing else 0.0
                     self._overdraft_s += over
                     paid_elsewhere += over  # by the overdraft: no unit's cost
                     heap = next((u for u in due if u.needs_objects), None)

@@ -815,9 +815,10 @@ class LeakWatch:
     def _fresh_objects(self, census):
         """The census's objects made since the baseline walk (by id: one
         whose address an older object had is taken for old), or None."""
-        if self._baseline is None:
+        if self._baseline is None or len(census.objects) > MAX_BASELINE_OBJECTS:
             return None
         if self._fresh is None:
+            started = time.perf_counter()
             objects = census.objects
             ids = np.fromiter(map(id, objects), np.int64, len(objects))
             where = np.searchsorted(self._baseline, ids)
@@ -825,6 +826,7 @@ class LeakWatch:
             new = np.flatnonzero(self._baseline[where] != ids)
             ids = where = None
             self._fresh = [objects[i] for i in new] if new.size <= MAX_FRESH else []
+            self.trace_seconds += time.perf_counter() - started  # part of the traces' cost
         return self._fresh or None
 
     def _culprit_targets(self, culprit, census, report=None):

@@ -303,28 +303,35 @@ def _own_frame_values() -> set:
 
 def _signal_handlers() -> list:
     """``(hop, handler)`` of the Python functions installed as signal
-    handlers (read with ``signal.getsignal``, which runs no program code)."""
-    module = sys.modules.get("signal")
-    if module is None:
-        return []
-    out = []
+    handlers, read with the C module's ``_signal.getsignal`` (``signal``'s
+    wrapper hashes the handler, which may run the program's code)."""
     try:
-        numbers = sorted(module.valid_signals())
+        table = sys.modules
+        low = dict.get(table, "_signal") if issubclass(type(table), dict) else None
+        named = dict.get(table, "signal") if issubclass(type(table), dict) else None
     except Exception:
         return []
+    if low is None or type(low) is not types.ModuleType:
+        return []
+    try:
+        numbers = sorted(int(n) for n in low.valid_signals())
+        getsignal = low.getsignal
+    except Exception:
+        return []
+    out = []
     for number in numbers:
         try:
-            handler = module.getsignal(number)
+            handler = getsignal(number)
         except Exception:
             continue
         if handler is None or id(type(handler)) in _ATOMIC_IDS or type(handler) is types.BuiltinFunctionType \
                 or issubclass(type(handler), int):
             continue  # SIG_DFL, SIG_IGN, Python's own KeyboardInterrupt handler
         try:
-            name = module.Signals(number).name
+            name = named.Signals(number).name if type(named) is types.ModuleType else str(number)
         except Exception:
             name = str(number)
-        out.append(({"kind": "registry", "name": f"signal handler of {name}"}, handler))
+        out.append(({"kind": "registry", "name": f"signal handler of {_plain(name) or number}"}, handler))
     return out
 
 
@@ -716,6 +723,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             held: set = set()  # ids of the frontier's nodes some object holds
             own.add(id(held))
             cut = False
+            truncated = False  # the level's holders were not all looked at
             # Roots first (module namespaces, classes): an object both a root
             # and a container hold gets the root (the shorter path).
             for roots_pass in (True, False):
@@ -766,10 +774,11 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
                         if len(next_frontier) >= MAX_FRONTIER:
                             # More holders of this level would never be followed.
                             complete = False
+                            truncated = True
                             break
-                if cut:
+                if cut or truncated:
                     break
-            if not cut:
+            if not cut and not truncated:
                 for node in frontier:
                     # (What tb-leak's own running functions hold is held by them.)
                     if id(node) not in held and id(node) not in rooted and id(node) not in roots.own_values:
@@ -802,6 +811,9 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
         repeats: dict[tuple, list] = {}  # (signature, position) -> [fewest, most] repeats of a chain
         first_hops: dict[tuple, list] = {}
         for index, (root, ids) in chains:
+            if found and time.perf_counter() > deadline:
+                complete = False  # naming long chains ran past the cap: the rest unnamed
+                break
             if root is _ROOT:
                 # A module namespace, a class or a known registry holds the
                 # chain's first object.
@@ -812,8 +824,16 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             chain_nodes = [nodes[i] for i in ids]
             ours = any(_is_own_object(node) for node in chain_nodes[:-1]) or (
                 root.get("kind") == "global" and _is_own_module_name(root.get("name")))
-            hops = [_hop(chain_nodes[i], chain_nodes[i + 1], namer)[0] for i in range(len(chain_nodes) - 1)]
-            path = [root] + prefix + _fold(_collapse(hops, chain_nodes[:-1]))
+            if len(chain_nodes) > 2 * _NAMED_END:
+                # A chain of thousands (each wrapper holding the last): its
+                # two ends are named, the middle counted.
+                head, tail = chain_nodes[:_NAMED_END], chain_nodes[-_NAMED_END:]
+                middle = len(chain_nodes) - 2 * _NAMED_END + 1
+                path = [root] + prefix + _fold(_collapse(_hops_along(head, namer), head[:-1])) \
+                    + [{"kind": "elided", "name": str(middle)}] \
+                    + _fold(_collapse(_hops_along(tail, namer), tail[:-1]))
+            else:
+                path = [root] + prefix + _fold(_collapse(_hops_along(chain_nodes, namer), chain_nodes[:-1]))
             if root.get("kind") == "class_namespace" and len(path) > 1 and path[1].get("kind") == "key" \
                     and path[1].get("key_type") == "str":
                 # type -> its namespace dict -> value: one class attribute.
@@ -865,6 +885,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
 
 # Objects of a chain climbed in memory at most (see _through_fresh).
 MAX_CLIMBED = 50_000
+# A container with more referents than this is read a slice at a time.
+_LARGE = 65_536
 
 
 def _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, own, own_kinds, deadline) -> list:
@@ -898,13 +920,29 @@ def _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, 
                 referents = gc.get_referents(holder)
             except Exception:
                 continue
-            for child in referents:
-                child_id = id(child)
-                if child_id in wanted and child_id != holder_id:
+            if len(referents) > _LARGE:
+                # A large container: its hits found in C, a slice at a time,
+                # the deadline checked between slices.
+                hits = set()
+                for start in range(0, len(referents), _LARGE):
+                    if time.perf_counter() > deadline:
+                        return frontier
+                    hits.update(wanted.intersection(map(id, referents[start:start + _LARGE])))
+                hits.discard(holder_id)
+                for child_id in hits:
                     holders = up.setdefault(child_id, [])
                     if len(holders) < 8:
                         holders.append(holder_id)
                         by_id[holder_id] = holder
+                hits = None
+            else:
+                for child in referents:
+                    child_id = id(child)
+                    if child_id in wanted and child_id != holder_id:
+                        holders = up.setdefault(child_id, [])
+                        if len(holders) < 8:
+                            holders.append(holder_id)
+                            by_id[holder_id] = holder
             referents = None
         holder = None
         tops = []
@@ -939,14 +977,26 @@ def _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, 
                     seen.add(holder_id)
                     nodes[holder_id] = by_id[holder_id]
                     queue.append(by_id[holder_id])
+        # The tops nearest the targets first (found first), then the other
+        # objects climbed through, nearest first: in a cycle of new objects
+        # (a node and its child pointing back) every one has a new holder,
+        # and what holds the cycle is found from any of them.
+        chosen = {id(x) for x in tops}
+        rest = [node for node in queue if id(node) not in chosen and id(node) not in rooted]
         queue = None
-        # The tops nearest the targets first (found first), as many as a
-        # level of the search follows.
-        return tops[:MAX_FRONTIER]
+        return (tops + rest)[:MAX_FRONTIER]
     finally:
         up.clear()
         by_id.clear()
         wanted.clear()
+
+
+# A chain longer than twice this is named at its two ends only.
+_NAMED_END = 256
+
+
+def _hops_along(chain_nodes: list, namer) -> list:
+    return [_hop(chain_nodes[i], chain_nodes[i + 1], namer)[0] for i in range(len(chain_nodes) - 1)]
 
 
 def _note_held(holder, wanted: set, held: set) -> None:
