@@ -133,6 +133,15 @@ class Policy:
     # deque(maxlen=500) on heap walks at steps 59, 152 and 328 of 5,000)
     # cannot be told from a leak.
     release_gap_share: float = 1.0
+    # Memory read right after a full collection holds no garbage. Growth at
+    # least this share of the fitted rate between such readings is live
+    # data's (report._grew_after_full_collections keeps a leak whose fall at
+    # the last walk may otherwise be garbage freed only then) ...
+    full_growth_share: float = 0.5
+    # ... over at least this share of the analysed segment: the fitted rate
+    # is already shown, those readings only have to say it is not garbage
+    # (a quarter: two full walks 150 steps apart in a 360-step segment).
+    full_span_share: float = 0.25
     # Fewer finite samples than this are never judged.
     min_samples: int = 4
     # Multiples of the run's length tried when saying how much longer a run

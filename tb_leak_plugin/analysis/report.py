@@ -200,11 +200,9 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
 def _grew_after_full_collections(trend: TrendResult, series: Series, full: Series | None) -> bool:
     """Whether the readings right after the full collections of the walks
     before the last one (nothing unreachable left: live data only) grew by
-    at least half of what the fitted rate says, over at least a quarter of
-    the analysed segment: the test of ``_held_to_full_collections``, read
-    for growth instead of against it (where that one needs half the segment
-    to clear a growth, a quarter is enough to keep one: the fitted rate is
-    already shown, the walks only have to say it is not garbage)."""
+    at least ``POLICY.full_growth_share`` of what the fitted rate says, over
+    at least ``POLICY.full_span_share`` of the analysed segment: the test of
+    ``_held_to_full_collections``, read for growth instead of against it."""
     if full is None or not len(series) or not len(full):
         return False
     end = min((trend.fit or {}).get("end_step", int(series.steps[-1])), float(full.steps[-1]) - 1)
@@ -213,9 +211,9 @@ def _grew_after_full_collections(trend: TrendResult, series: Series, full: Serie
     keep = np.isin(series.steps, fulls) & np.isfinite(series.values)
     steps, values = series.steps[keep], series.values[keep]
     slope = float(trend.slope_per_step)
-    if steps.size < 2 or slope <= 0 or steps[-1] - steps[0] < 0.25 * max(end - start, 1):
+    if steps.size < 2 or slope <= 0 or steps[-1] - steps[0] < POLICY.full_span_share * max(end - start, 1):
         return False
-    return float(values[-1] - values[0]) >= 0.5 * slope * float(steps[-1] - steps[0])
+    return float(values[-1] - values[0]) >= POLICY.full_growth_share * slope * float(steps[-1] - steps[0])
 
 
 def _held_to_full_collections(trend: TrendResult, series: Series, full: Series | None) -> TrendResult:
