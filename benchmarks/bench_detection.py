@@ -244,6 +244,9 @@ def main(argv=None):
     print(f"\nINTERVAL COVERAGE: the 95% interval of the current slope holds the true one in "
           f"{pct(rate(cov, cov_n))} of {cov_n} series whose true final slope is known "
           f"(linear trends and flat ends)")
+    for (lab, g), r in sorted(stats.items()):
+        if g.startswith("shape:") and r.get("cov_n"):
+            print(f"  {lab:5s} {g[6:]:20s} {pct(rate(r['cov'], r['cov_n']))} of {r['cov_n']}")
     nl = row("leak", "ge3_material")
     print(f"material leaks >= 3x noise called no_leak (the costly miss): "
           f"{pct(rate(nl.get('n', 0) - nl.get('leak', 0) - nl.get('inconclusive', 0), nl.get('n', 0)))}")

@@ -252,6 +252,29 @@ def test_calibration_on_a_corpus_slice():
     assert total >= 40 and covered >= 0.9 * total, (covered, total)
 
 
+def test_the_interval_holds_every_reading_a_verdict_stands_on():
+    # A verdict must hold under several readings of the current segment
+    # (besides a level shift, without its last sample); the interval it
+    # reports is their hull, so it never claims more than the decision did.
+    from tb_leak_plugin.analysis._stats import t_ppf
+
+    widened = 0
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        steps = steps_of(120)
+        values = BASE + 800.0 * steps * (seed % 3) + ar1_noise(rng, steps.size, 0.6, 4e5)
+        values[90:] += 3e6 * (seed % 2)  # a table loaded late, in half of them
+        result = assess_series(steps, values)
+        lo, hi = result.slope_ci
+        assert result.readings
+        for b, se, df in result.readings + result.leak_readings:
+            half = t_ppf(0.975, max(df, 1.0)) * se
+            assert lo <= b - half + 1e-6 * abs(b - half) and b + half <= hi + 1e-6 * abs(b + half)
+        main = result.slope_se * t_ppf(0.975, max(result.slope_df, 1.0))
+        widened += (hi - lo) > 2 * main * (1 + 1e-9)
+    assert widened >= 1
+
+
 # --------------------------------------------------------------------------- few samples (heap walks)
 
 

@@ -50,7 +50,8 @@ class TrendResult:
       no_leak, 1 - p that it is at least that; for inconclusive, 1 minus the
       larger of those two (1.0 when there were too few samples).
     slope_per_step, slope_ci: the current growth per step (the last
-      segment's) and its 95% interval, widened for autocorrelated noise.
+      segment's) and its 95% interval, widened for autocorrelated noise: the
+      hull of the intervals of every reading the verdict had to hold under.
     materiality: the growth per step the verdict is tested against.
     p_value: one-sided p that growth is not material (for Benjamini-Hochberg).
     onset_step: where the current segment starts (leaks only).
@@ -609,8 +610,11 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
                   for rb, rse, rdf in readings)
     if fit.refill:
         p_leak = 1.0
-    half = t_ppf(0.975, df) * se if se > 0 else 0.0
-    lo, hi = b - half, b + half
+    # The interval is that of every reading a claim stands on: their hull.
+    lo, hi = b, b
+    for rb, rse, rdf in list(readings) + list(fit.leak_readings):
+        half = t_ppf(0.975, max(rdf, 1.0)) * rse if rse > 0 else 0.0
+        lo, hi = min(lo, rb - half), max(hi, rb + half)
     sps = _steps_per_second(t, w, fit.t_start)
     seg = t[-1] - fit.t_start
     since = f"the last {int(n - np.searchsorted(t, fit.t_start))} of {n} samples since step {int(fit.t_start)}"
