@@ -205,13 +205,16 @@ class _Unit:
         self.points_per_sqrt_s = points_per_sqrt_s
 
     def schedule(self, budget: float | None, allowance_s: float, reserve_s: float | None = None,
-                 next_s: float | None = None, loop_start_s: float = 0.0) -> None:
+                 next_s: float | None = None, loop_start_s: float = 0.0, cap_s: float | None = None) -> None:
         """``reserve_s``: room kept for the final run at close() (default:
         ``_FINAL_RESERVE`` runs at the last measured cost); ``next_s``: the
-        next run's foreseen cost (default: the last measured). The next run must
-        fit in the budget released so far, and with the final run in what
-        the run may cost if it ended then (the whole allowance: close() pays
-        the final run from what has not been released yet)."""
+        next run's foreseen cost (default: the last measured); ``cap_s``: the
+        most of the allowance the units may still release (the allowance less
+        the leak watch's overdraft, see Monitor._allowance_cap_s). The next
+        run must fit in the budget released so far, and with the final run in
+        what the run may cost if it ended then (the whole allowance: close()
+        pays the final run from what has not been released yet)."""
+        cap = allowance_s if cap_s is None else min(cap_s, allowance_s)
         if budget is None:
             self.due_train_s = self.last_train_s
             return
@@ -220,8 +223,8 @@ class _Unit:
         # The allowance is released from the first sample on (the set-up
         # before it counts towards the 1% only).
         paid = loop_start_s + _train_time_paying(self.share, budget, allowance_s,
-                                                 need - self.share * budget * loop_start_s, self.release)
-        with_final = ((need + reserve) / self.share - allowance_s) / budget
+                                                 need - self.share * budget * loop_start_s, self.release, cap)
+        with_final = ((need + reserve) / self.share - cap) / budget
         paid = max(paid, with_final)
         # Spacing grows with the training time since the unit's first run (the
         # program may have trained, or set up, long before its first sample).
@@ -244,8 +247,10 @@ def _release_share(release, t: float) -> float:
     return sum(w * t / (t + h) for w, h in release) if t > 0 else 0.0
 
 
-def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_RELEASE) -> float:
-    """Training time T at which share * (budget*T + allowance*released(T)) reaches need_s."""
+def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_RELEASE, cap_s=None) -> float:
+    """Training time T at which share * (budget*T + min(allowance*released(T), cap))
+    reaches need_s (``cap_s``: see _Unit.schedule; default the allowance)."""
+    cap = allowance_s if cap_s is None else cap_s
     need = need_s / share
     if need <= 0:
         return 0.0
@@ -254,11 +259,11 @@ def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_REL
     if not math.isfinite(need):
         return math.inf
     lo, hi = 0.0, 1.0
-    while budget * hi + allowance_s * _release_share(release, hi) < need:
+    while budget * hi + min(allowance_s * _release_share(release, hi), cap) < need:
         hi *= 2.0
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if budget * mid + allowance_s * _release_share(release, mid) < need:
+        if budget * mid + min(allowance_s * _release_share(release, mid), cap) < need:
             lo = mid
         else:
             hi = mid
@@ -587,7 +592,8 @@ class Monitor:
     def stats(self) -> dict:
         """Per probe group: runs, last cost and total seconds; overall overhead
         and the budget so far (``budget_seconds``: 1% of training plus the
-        allowance released so far)."""
+        allowance released so far, at most the allowance less the leak
+        watch's ``overdraft_seconds``)."""
         budget_s = self._budget_s()
         return {
             "overhead": self.overhead,
@@ -723,7 +729,8 @@ class Monitor:
                     self._watch.contention = self._contention()
                     spare = self._watch_spare_s(due)
                     spent = self._watch.after_walk(step, wall_time, census, self._write_extra,
-                                                   costs.get("heap", 0.0), spare_s=spare)
+                                                   costs.get("heap", 0.0), spare_s=spare,
+                                                   advance_s=None if self._finalizing else self._advance_s())
                     self._watch_s += spent
                     optional_now = self._watch.analysis_seconds + self._watch.trace_seconds - before
                     # Past the budget: only the analyses and traces run beyond it
@@ -750,7 +757,7 @@ class Monitor:
                             paid_elsewhere += spent
                             payer.spent_s += spent
                             payer.schedule(self.overhead_budget, self._allowance_s(), self._final_walk_s(),
-                                           self._next_walk_s(), self._loop_start_s)
+                                           self._next_walk_s(), self._loop_start_s, self._allowance_cap_s())
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
             if walking:
@@ -807,9 +814,10 @@ class Monitor:
             unit.runs += 1
             if unit.needs_objects:
                 unit.schedule(self.overhead_budget, self._allowance_s(), self._final_walk_s(),
-                              self._next_walk_s(), self._loop_start_s)
+                              self._next_walk_s(), self._loop_start_s, self._allowance_cap_s())
             else:
-                unit.schedule(self.overhead_budget, self._allowance_s(), loop_start_s=self._loop_start_s)
+                unit.schedule(self.overhead_budget, self._allowance_s(), loop_start_s=self._loop_start_s,
+                              cap_s=self._allowance_cap_s())
         self._units = [u for u in self._units if u.probes]
 
     def _can_walk_now(self) -> bool:
@@ -929,10 +937,26 @@ class Monitor:
         at the contention the heap walks measured."""
         return self.overhead_allowance_s * self._contention()
 
+    def _allowance_cap_s(self) -> float:
+        """The most of the allowance the probe groups may still release: the
+        leak watch's overdraft (a first trace, an early analysis, past what the
+        budget had released then) is an advance on the allowance, repaid from
+        the part not yet released, so that the run as a whole stays within its
+        share of the training time plus the allowance."""
+        return self._allowance_s() - self._overdraft_s
+
+    def _advance_s(self) -> float:
+        """What the leak watch may still spend past the budget released so
+        far: the allowance not released yet, less what it advanced before."""
+        loop = max(self._train_s - self._loop_start_s, 0.0)
+        unreleased = self._allowance_s() * (1.0 - _released(self._units, loop))
+        return max(unreleased - self._overdraft_s, 0.0)
+
     def _run_budget_s(self) -> float:
-        """What the whole run may cost when it ends: its share of the
-        training time plus the whole allowance."""
-        return self.overhead_budget * self._train_s + self._allowance_s() + self._requested_s
+        """What the whole run may cost when it ends, the watch's overdraft
+        aside: its share of the training time plus the allowance less the
+        overdraft."""
+        return self.overhead_budget * self._train_s + self._allowance_cap_s() + self._requested_s
 
     def _budget_s(self) -> float | None:
         """Monitor seconds the budget allows so far: the share of the training
@@ -941,7 +965,8 @@ class Monitor:
             return None
         t = self._train_s
         loop = max(t - self._loop_start_s, 0.0)
-        return (self.overhead_budget * t + self._allowance_s() * _released(self._units, loop)
+        return (self.overhead_budget * t + min(self._allowance_s() * _released(self._units, loop),
+                                               self._allowance_cap_s())
                 + self._requested_s)
 
     def _write_extra(self, step, sample, wall_time) -> None:

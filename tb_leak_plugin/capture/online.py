@@ -303,6 +303,8 @@ class LeakWatch:
         self.trace_cost_s = 0.0
         # perf_counter() time by which this walk's optional work must end.
         self._deadline = math.inf
+        # The latest any work past the budget may end (see after_walk's advance_s).
+        self._limit = math.inf
         self._first_trace_owed_paid = False
         self.last_report = None
         self._failed = False
@@ -381,18 +383,23 @@ class LeakWatch:
         return min(TRACE_CAP_S * self.contention, 0.7 * self._left())
 
     def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0,
-                   spare_s: float | None = None) -> float:
+                   spare_s: float | None = None, advance_s: float | None = None) -> float:
         """Run after the probes sampled ``census``; returns the seconds spent.
 
         ``write(step, sample, wall_time)`` writes extra points (containers,
         traces). ``spare_s``: what the monitor's budget has free for this
         walk's analysis and traces (None: no limit); an analysis foreseen to
-        cost more waits, and traces stop when it is spent. Never raises.
+        cost more waits, and traces stop when it is spent. ``advance_s``: the
+        most the work that runs whatever the budget has left (a first trace,
+        an early analysis) may take beyond ``spare_s`` (the allowance the
+        monitor has not released yet; None: no limit). Never raises.
         """
         if self._failed:
             return 0.0
         started = time.perf_counter()
         self._deadline = math.inf if spare_s is None else started + spare_s
+        self._limit = math.inf if spare_s is None or advance_s is None \
+            else started + max(spare_s, 0.0) + max(advance_s, 0.0)
         self.wants_walk = False
         try:
             self._walks += 1
@@ -416,11 +423,13 @@ class LeakWatch:
                 census.local_hops is not None and not self._first_trace_owed_paid
                 and self._locals_analyses < LOCALS_ANALYSES))
             if owed and not census.final:
-                self._locals_analyses += 1
+                owed = self._limit - time.perf_counter() >= self.analysis_cost_s
+                self._locals_analyses += owed
             early = not owed and not census.final and self._early_analyses < EARLY_ANALYSES \
                 and self._rise_streak >= GROWING_WALKS and self._walks >= MIN_WALKS_FOR_ANALYSIS \
                 and not (self.last_report is not None and self.last_report.verdict == "leak") \
-                and not (due and self._left() >= self.analysis_cost_s)
+                and not (due and self._left() >= self.analysis_cost_s) \
+                and self._limit - time.perf_counter() >= self.analysis_cost_s
             if early:
                 self._early_analyses += 1
             if owed or early or (due and self._left() >= self.analysis_cost_s):
@@ -640,7 +649,7 @@ class LeakWatch:
         deadline = self._deadline
         started = time.perf_counter()
         if self._overdraft_s >= MIN_TRACE_S:
-            self._deadline = max(deadline, started + self._overdraft_s * self.contention)
+            self._deadline = max(deadline, min(started + self._overdraft_s * self.contention, self._limit))
         try:
             chosen = [item for item in pending
                       if item[1].history[-1][2] - item[1].history[0][2] >= MIN_CONTAINER_LENGTH and _per_step(item[1])]
@@ -725,7 +734,8 @@ class LeakWatch:
             # A leaking run whose holder is still unnamed gets its one trace
             # now, whatever the budget has left (see FIRST_TRACE_S): paid
             # when a trace runs (a walk with nothing to trace keeps it).
-            self._deadline = max(deadline, time.perf_counter() + FIRST_TRACE_S * self.contention)
+            self._deadline = max(deadline, min(time.perf_counter() + FIRST_TRACE_S * self.contention,
+                                               self._limit))
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
             if spent > WALK_TRACE_CAP_S * self.contention or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
