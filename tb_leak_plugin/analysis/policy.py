@@ -142,6 +142,13 @@ class Policy:
     # is already shown, those readings only have to say it is not garbage
     # (a quarter: two full walks 150 steps apart in a 360-step segment).
     full_span_share: float = 0.25
+    # A leak of a count whose readings right after full collections grew by
+    # less than full_growth_share of its fitted rate is garbage waiting for
+    # the oldest generation's collection (report._held_to_full_collections),
+    # where those readings span at least this share of the analysed segment:
+    # refuting a rate the data show needs more than two readings close
+    # together, which one cycle of garbage can fall between.
+    full_refute_share: float = 0.5
     # Fewer finite samples than this are never judged.
     min_samples: int = 4
     # Multiples of the run's length tried when saying how much longer a run

@@ -197,19 +197,28 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
                                confidence=0.0, p_value=max(trend.p_value, POLICY.alpha_leak))
 
 
+def _after_full_collections(trend: TrendResult, series: Series, full: Series, end: float):
+    """The series' readings right after full collections (nothing
+    unreachable left: live data only) up to ``end``: (steps, values), and
+    the analysed segment's span."""
+    start = (trend.fit or {}).get("start_step", int(series.steps[0]))
+    fulls = full.steps[full.values == 1.0]
+    keep = np.isin(series.steps, fulls) & (series.steps <= end) & np.isfinite(series.values)
+    return series.steps[keep], series.values[keep], start
+
+
 def _grew_after_full_collections(trend: TrendResult, series: Series, full: Series | None) -> bool:
     """Whether the readings right after the full collections of the walks
-    before the last one (nothing unreachable left: live data only) grew by
-    at least ``POLICY.full_growth_share`` of what the fitted rate says, over
-    at least ``POLICY.full_span_share`` of the analysed segment: the test of
-    ``_held_to_full_collections``, read for growth instead of against it."""
+    before the last one grew by at least ``POLICY.full_growth_share`` of what
+    the fitted rate says, over at least ``POLICY.full_span_share`` of the
+    analysed segment: the test of ``_held_to_full_collections``, read for
+    growth instead of against it."""
     if full is None or not len(series) or not len(full):
         return False
     end = min((trend.fit or {}).get("end_step", int(series.steps[-1])), float(full.steps[-1]) - 1)
-    start = (trend.fit or {}).get("start_step", int(series.steps[0]))
-    fulls = full.steps[(full.values == 1.0) & (full.steps >= start) & (full.steps <= end)]
-    keep = np.isin(series.steps, fulls) & np.isfinite(series.values)
-    steps, values = series.steps[keep], series.values[keep]
+    steps, values, start = _after_full_collections(trend, series, full, end)
+    keep = steps >= start
+    steps, values = steps[keep], values[keep]
     slope = float(trend.slope_per_step)
     if steps.size < 2 or slope <= 0 or steps[-1] - steps[0] < POLICY.full_span_share * max(end - start, 1):
         return False
@@ -223,24 +232,23 @@ def _held_to_full_collections(trend: TrendResult, series: Series, full: Series |
     in the oldest one (an evicted cyclic record, a dropped model). The
     counts right after full collections are of live objects: a ``leak`` of
     an object count or a container's length must grow between them too, by
-    at least half of what its fitted rate says, where those walks span at
-    least half of what was analysed. Otherwise it is ``inconclusive``,
-    saying why (full collections that do not span the growth leave the
-    verdict as it is: no evidence either way)."""
+    at least ``POLICY.full_growth_share`` of what its fitted rate says, where
+    those walks span at least ``POLICY.full_refute_share`` of what was
+    analysed. Otherwise it is ``inconclusive``, saying why (full collections
+    that do not span the growth leave the verdict as it is: no evidence
+    either way)."""
     if full is None or trend.verdict != "leak" or not len(series):
         return trend
     end = (trend.fit or {}).get("end_step", int(series.steps[-1]))
-    start = (trend.fit or {}).get("start_step", int(series.steps[0]))
-    fulls = full.steps[full.values == 1.0]
-    keep = np.isin(series.steps, fulls) & (series.steps <= end) & np.isfinite(series.values)
-    if np.all(np.isin(series.steps[(series.steps >= start) & (series.steps <= end)], fulls)):
+    steps, values, start = _after_full_collections(trend, series, full, end)
+    analysed = series.steps[(series.steps >= start) & (series.steps <= end)]
+    if np.all(np.isin(analysed, full.steps[full.values == 1.0])):
         return trend  # every point analysed followed a full collection
-    steps, values = series.steps[keep], series.values[keep]
     slope = float(trend.slope_per_step)
-    if steps.size < 2 or steps[-1] - steps[0] < 0.5 * max(end - start, 1):
+    if steps.size < 2 or steps[-1] - steps[0] < POLICY.full_refute_share * max(end - start, 1):
         return trend  # the full collections do not span the growth: no evidence either way
     grown = float(values[-1] - values[0])
-    if grown >= max(0.5 * slope * float(steps[-1] - steps[0]), POLICY.count_floor):
+    if grown >= max(POLICY.full_growth_share * slope * float(steps[-1] - steps[0]), POLICY.count_floor):
         return trend
     why = (f"grows {slope:.3g}/step between heap walks, but by only {grown:.3g} between the full "
            f"collections at steps {int(steps[0])} and {int(steps[-1])}: may be garbage waiting for a "
