@@ -521,3 +521,33 @@ def test_a_growing_set_of_strings_is_a_leak_on_its_own_and_a_list_of_floats_is_n
     floats = _series("containers", "length", "count", walks, 16.0 * walks,
                      subject="_train() local `losses` (dedup.py:108) → list of float")
     assert build_run_report(_run(rss, blocks, floats, _available(steps))).verdict != "leak"
+
+
+def test_a_container_the_training_function_let_go_before_close_is_named_with_its_holder():
+    """A list held by the training function's local grew 8 items a step at
+    every heap walk, all early in the run (the budget's walks), and read
+    empty at close(): the function had returned. In a run that leaks by
+    memory sampled all along, it is named with the path it was traced by;
+    in a run with no other evidence it is not a leak on its own."""
+    import json
+
+    rng = np.random.default_rng(9)
+    steps = np.arange(0, 1200, 5)
+    before = [[0, 1e9, 8.0], [70, 1e9 + 0.7, 568.0], [173, 1e9 + 1.73, 1392.0]]
+    hops = [{"kind": "local", "owner": "_train", "name": "layer", "where": "undo.py:90"},
+            {"kind": "attribute", "owner": "LabelsLayer", "name": "_undo_history"},
+            {"kind": "object", "owner": "list", "name": ""}]
+    subject = "_train() local `layer` (undo.py:90) → LabelsLayer._undo_history → list of tuple(tuple, ndarray, int)"
+    info = SeriesInfo("containers", "length", "count", subject, json.dumps({"format": 1, "before": before, "hops": hops}))
+    named = np.array([335, 1199])
+    history = Series.from_points(info.tag, info, named, 1e9 + named * 0.01, np.array([2688.0, 0.0]))
+    leaking = _series("process", "rss_anon_bytes", "bytes", steps, 600 * MiB + 16384.0 * steps
+                      + rng.normal(0, 3e4, steps.size))
+    report = build_run_report(_run(leaking, history, _available(steps)))
+    assert report.verdict == "leak", report.reason
+    top3 = report.culprits[:3]
+    container = next(c for c in top3 if c.kind == "container")
+    assert "let go at the last walk (step 1199)" in container.evidence
+    assert container.details["held_by"][0]["path"][-1] == "LabelsLayer._undo_history"
+    flat = _series("process", "rss_anon_bytes", "bytes", steps, 600 * MiB + rng.normal(0, 3e4, steps.size))
+    assert build_run_report(_run(flat, history, _available(steps))).verdict != "leak"

@@ -660,18 +660,21 @@ def _trace_count_culprits(reports, creations: list | None = None) -> list[Culpri
 
 
 def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
-    """Live tensors and object types that grew at every heap walk and fell
-    back at the last, where the walks before it ended too far from close()
-    to leave the fall out (POLICY.release_gap_share: on a loaded machine the
-    walks a budget pays for come early). Such a series cannot show that it
-    grew all run; in a run that leaks by other evidence (memory sampled all
-    along) it names what grew while it was seen, the loop's data that the
-    program let go of when the loop returned. Added only to a leaking run,
-    as growing containers are."""
-    revised = {ROLE_TENSORS: [], ROLE_OBJECTS: []}
+    """Live tensors, object types and traced containers that grew at every
+    heap walk and fell back at the last, where the walks before it ended too
+    far from close() to leave the fall out (POLICY.release_gap_share: on a
+    loaded machine the walks a budget pays for come early). Such a series
+    cannot show that it grew all run; in a run that leaks by other evidence
+    (memory sampled all along) it names what grew while it was seen, the
+    loop's data that the program let go of when the loop returned (a
+    container held by the training function's locals reads empty once it
+    returned). Added only to a leaking run, as growing containers are."""
+    revised = {ROLE_TENSORS: [], ROLE_OBJECTS: [], ROLE_CONTAINERS: []}
     for role, reports in revised.items():
         for report in by_role.get(role, []):
             series = run.series.get(report.tag)
+            if series is not None and role == ROLE_CONTAINERS:
+                series = _with_earlier_points(series)
             if report.trend is None or report.verdict == "leak" or series is None \
                     or len(series) <= POLICY.min_samples or not falls_back_at_end(series.steps, series.values):
                 continue
@@ -682,17 +685,18 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
             reason = (f"{before.reason}; then let go at the last walk (step {int(series.steps[-1])}), "
                       f"long after the walk before it (step {int(series.steps[-2])})")
             reports.append(dataclasses.replace(report, trend=dataclasses.replace(before, reason=reason)))
-    return census.object_culprits(revised[ROLE_OBJECTS]) + _tensor_culprits(revised[ROLE_TENSORS])
+    return (census.object_culprits(revised[ROLE_OBJECTS]) + _tensor_culprits(revised[ROLE_TENSORS])
+            + _container_culprits(revised[ROLE_CONTAINERS], run, "a container grew at every heap walk"))
 
 
-def _container_culprits(reports, run: RunData) -> list[Culprit]:
+def _container_culprits(reports, run: RunData, what: str = "a container keeps growing") -> list[Culprit]:
     out = []
     for report in _leaks(reports):
         hops = _container_series_hops(run.series.get(report.tag), report.subject)
         path = hops[:-1]
         out.append(Culprit(
             kind="container", name=report.subject, growth_per_step=report.trend.slope_per_step, unit="items",
-            evidence=f"a container keeps growing: {report.trend.reason}", confidence=report.trend.confidence,
+            evidence=f"{what}: {report.trend.reason}", confidence=report.trend.confidence,
             hint="python_container",
             details={"tag": report.tag, "last_count": report.last_value, "container_hops": hops,
                      "held_by": [{"path": [hop_text(h) for h in path], "hops": path,
