@@ -719,6 +719,7 @@ class Monitor:
             sample.extend(cheap_sample)
             wall_time = time.time()
             optional = 0.0  # the watch's analysis and traces at this walk
+            over = 0.0
             if self._watch is not None:
                 self._watch.history.record(step, wall_time, sample)
                 if walking:
@@ -764,7 +765,7 @@ class Monitor:
                 # The watch's container comparison is part of every walk; its
                 # analysis and traces are foreseen on their own.
                 self._learn_walk(census, gc_s, full_gc,
-                                 sum(costs[u.name] for u in due if u.needs_objects) - optional)
+                                 sum(costs[u.name] for u in due if u.needs_objects) - (optional - over))
         finally:
             # Release the object list before writing: the census keeps nothing.
             if census is not None:
@@ -943,14 +944,21 @@ class Monitor:
         budget had released then) is an advance on the allowance, repaid from
         the part not yet released, so that the run as a whole stays within its
         share of the training time plus the allowance."""
-        return self._allowance_s() - self._overdraft_s
+        # At least nothing: the overdraft was booked in wall seconds at the
+        # contention then, and the allowance shrinks with the contention.
+        return max(self._allowance_s() - self._overdraft_s, 0.0)
 
-    def _advance_s(self) -> float:
+    def _advance_s(self) -> float | None:
         """What the leak watch may still spend past the budget released so
-        far: the allowance not released yet, less what it advanced before."""
+        far: the allowance not released yet, less what it advanced before
+        (None: no budget)."""
+        if self.overhead_budget is None:
+            return None
         loop = max(self._train_s - self._loop_start_s, 0.0)
         unreleased = self._allowance_s() * (1.0 - _released(self._units, loop))
-        return max(unreleased - self._overdraft_s, 0.0)
+        # Never the final walk's room: what the run may still cost, less it.
+        room = self._run_budget_s() - self._spent_now() - (self._final_walk_s() or 0.0)
+        return max(min(unreleased - self._overdraft_s, room), 0.0)
 
     def _run_budget_s(self) -> float:
         """What the whole run may cost when it ends, the watch's overdraft

@@ -422,14 +422,17 @@ class LeakWatch:
             owed = not self._held_by and (census.final or (
                 census.local_hops is not None and not self._first_trace_owed_paid
                 and self._locals_analyses < LOCALS_ANALYSES))
+            # What an analysis past the budget is foreseen to cost: its last
+            # measured cost, or before any, the watch's share of a walk.
+            foreseen = max(self.analysis_cost_s, WATCH_SHARE * walk_s)
             if owed and not census.final:
-                owed = self._limit - time.perf_counter() >= self.analysis_cost_s
+                owed = self._limit - time.perf_counter() >= foreseen
                 self._locals_analyses += owed
             early = not owed and not census.final and self._early_analyses < EARLY_ANALYSES \
                 and self._rise_streak >= GROWING_WALKS and self._walks >= MIN_WALKS_FOR_ANALYSIS \
                 and not (self.last_report is not None and self.last_report.verdict == "leak") \
                 and not (due and self._left() >= self.analysis_cost_s) \
-                and self._limit - time.perf_counter() >= self.analysis_cost_s
+                and self._limit - time.perf_counter() >= foreseen
             if early:
                 self._early_analyses += 1
             if owed or early or (due and self._left() >= self.analysis_cost_s):
