@@ -199,8 +199,8 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
 
 def _after_full_collections(trend: TrendResult, series: Series, full: Series, end: float):
     """The series' readings right after full collections (nothing
-    unreachable left: live data only) up to ``end``: (steps, values), and
-    the analysed segment's span."""
+    unreachable left: live data only) up to ``end``: (steps, values, the
+    step the analysed segment starts at)."""
     start = (trend.fit or {}).get("start_step", int(series.steps[0]))
     fulls = full.steps[full.values == 1.0]
     keep = np.isin(series.steps, fulls) & (series.steps <= end) & np.isfinite(series.values)
