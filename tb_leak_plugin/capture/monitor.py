@@ -210,7 +210,7 @@ class _Unit:
         ``_FINAL_RESERVE`` runs at the last measured cost); ``next_s``: the
         next run's foreseen cost (default: the last measured); ``cap_s``: the
         most of the allowance the units may still release (the allowance less
-        the leak watch's overdraft, see Monitor._allowance_cap_s). The next
+        the leak watch's overdraft, see Monitor._unit_cap_s). The next
         run must fit in the budget released so far, and with the final run in
         what the run may cost if it ended then (the whole allowance: close()
         pays the final run from what has not been released yet)."""
@@ -758,7 +758,7 @@ class Monitor:
                             paid_elsewhere += spent
                             payer.spent_s += spent
                             payer.schedule(self.overhead_budget, self._allowance_s(), self._final_walk_s(),
-                                           self._next_walk_s(), self._loop_start_s, self._allowance_cap_s())
+                                           self._next_walk_s(), self._loop_start_s, self._unit_cap_s(payer))
                         if self._watch.wants_walk:
                             payer.due_train_s = min(payer.due_train_s, now)
             if walking:
@@ -815,10 +815,9 @@ class Monitor:
             unit.runs += 1
             if unit.needs_objects:
                 unit.schedule(self.overhead_budget, self._allowance_s(), self._final_walk_s(),
-                              self._next_walk_s(), self._loop_start_s, self._allowance_cap_s())
+                              self._next_walk_s(), self._loop_start_s, self._unit_cap_s(unit))
             else:
-                unit.schedule(self.overhead_budget, self._allowance_s(), loop_start_s=self._loop_start_s,
-                              cap_s=self._allowance_cap_s())
+                unit.schedule(self.overhead_budget, self._allowance_s(), loop_start_s=self._loop_start_s)
         self._units = [u for u in self._units if u.probes]
 
     def _can_walk_now(self) -> bool:
@@ -959,6 +958,15 @@ class Monitor:
         # Never the final walk's room: what the run may still cost, less it.
         room = self._run_budget_s() - self._spent_now() - (self._final_walk_s() or 0.0)
         return max(min(unreleased - self._overdraft_s, room), 0.0)
+
+    def _unit_cap_s(self, unit) -> float | None:
+        """The most of the allowance ``unit`` may release (see _Unit.schedule):
+        the heap walks repay the whole overdraft from their share (the watch's
+        work belongs to them), so that no other probe group's series is
+        thinned by it; the other groups release all of their share."""
+        if not unit.needs_objects or not self._overdraft_s:
+            return None
+        return max(self._allowance_s() - self._overdraft_s / max(unit.share, 1e-9), 0.0)
 
     def _run_budget_s(self) -> float:
         """What the whole run may cost when it ends, the watch's overdraft
