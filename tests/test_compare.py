@@ -35,11 +35,28 @@ def test_more_growth_in_the_candidate_never_looks_better(base_slope):
     assert ranks[0] == order["improvement"] and ranks[-1] == order["regression"]
 
 
-def test_the_difference_is_welch():
+def test_the_difference_adds_the_variances_on_the_smaller_degrees_of_freedom():
+    from tb_leak_plugin.analysis._stats import t_ppf
+
     row = compare.compare_series(series(100.0, 30.0, df=20), series(400.0, 40.0, df=30))
     assert row["difference"] == pytest.approx(300.0)
     lo, hi = row["difference_ci"]
-    assert (hi - lo) / 2 == pytest.approx(2.0 * 50.0, rel=0.05)  # se 50, t(0.975, ~48 df) ~ 2.01
+    assert (hi - lo) / 2 == pytest.approx(t_ppf(0.975, 20) * 50.0)  # se 50 on Hsu's 20 df
+
+
+def test_a_slope_on_one_degree_of_freedom_is_no_regression_beside_a_noisier_base():
+    # A fixed twin's object count at four heap walks: a warm-up jump at the
+    # first, then flat; its line besides a one-off shift has one residual
+    # degree of freedom (the series model: p 0.006, inconclusive). Beside a
+    # base whose error is larger but rests on 50, Satterthwaite's degrees of
+    # freedom (~60) called it a regression at p 3e-5.
+    base = series(-0.0023, 0.0043, materiality=0.001, tag="leak/objects/builtins.tuple", role="objects",
+                  unit="count", df=50.0)
+    candidate = series(0.0877, 0.0016, materiality=0.001, tag="leak/objects/builtins.tuple", role="objects",
+                       unit="count", df=1.0)
+    row = compare.compare_series(base, candidate)
+    assert row["verdict"] != "regression", row
+    assert row["p_regression"] > POLICY.alpha_leak
 
 
 def test_scaling_both_runs_scales_the_difference_and_keeps_the_verdict():
