@@ -290,12 +290,10 @@ def test_thinning_keeps_each_files_first_point_so_a_restart_reads_the_same(tmp_p
     np.testing.assert_array_equal(thinned.values, 1e6 + thinned.steps)
 
 
-def _schedule(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25, malloc_s: float | None = None) -> dict:
-    """Steps, in training seconds (10 ms steps), of each series of a run of
-    ``seconds`` at defaults: a cheap counter costing 1 ms a point, the C
-    allocator's ``malloc_s`` (if given) and heap walks ``walk_s`` each, as on
-    a TensorFlow heap; the costs simulated, so the schedule is deterministic."""
-    sim = clock.SimulatedClock(real_costs=False)
+def _simulated_probes(sim, walk_s: float, malloc_s: float | None = None) -> list:
+    """A cheap counter costing 1 ms a point, heap walks costing ``walk_s``
+    and (if given) the C allocator's counter costing ``malloc_s``, each
+    advancing ``sim`` by its cost."""
 
     def probe(name, info, cost, needs_objects=False):
         class Simulated(probes_lib.Probe):
@@ -310,6 +308,16 @@ def _schedule(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25, mallo
               probe("heap", SeriesInfo("objects", "live_count", "count", "pkg.Record"), walk_s, True)]
     if malloc_s is not None:
         probes.append(probe("malloc", SeriesInfo("process", "malloc_bytes", "bytes"), malloc_s))
+    return probes
+
+
+def _schedule(tmp_path, monkeypatch, seconds: float, walk_s: float = 0.25, malloc_s: float | None = None) -> dict:
+    """Steps, in training seconds (10 ms steps), of each series of a run of
+    ``seconds`` at defaults: a cheap counter costing 1 ms a point, the C
+    allocator's ``malloc_s`` (if given) and heap walks ``walk_s`` each, as on
+    a TensorFlow heap; the costs simulated, so the schedule is deterministic."""
+    sim = clock.SimulatedClock(real_costs=False)
+    probes = _simulated_probes(sim, walk_s, malloc_s)
     monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
     logdir = str(tmp_path / f"run{seconds:g}_{walk_s:g}_{malloc_s}")
     _simulate(logdir, seconds, 0.01, sim=sim, probes=probes, census_collects_garbage=False)
@@ -380,24 +388,13 @@ def test_the_watchs_overdraft_is_repaid_within_the_run_budget(tmp_path, monkeypa
     # The leak watch may run past what the budget has released (a first trace,
     # an early analysis: the answer the user needs, while the loop's frames
     # are alive). That time is an advance on the allowance not yet released:
-    # the probe groups repay it later, so that a 30-s run as a whole costs at
+    # the heap walks repay it later, so that a 30-s run as a whole costs at
     # most 1% of its training plus the allowance (it cost the overdraft more:
     # 2.70 s where 2.30 s were allowed), and it never advances more than the
     # allowance not released yet. Simulated costs: deterministic; the
     # overdraft is booked as the monitor books it after a walk.
     sim = clock.SimulatedClock(real_costs=False)
-
-    def probe(name, info, cost, needs_objects=False):
-        class Simulated(probes_lib.Probe):
-            def sample(self, objects=None):
-                sim.advance(cost)
-                return [(info, 1e8)]
-
-        Simulated.name, Simulated.needs_objects = name, needs_objects
-        return Simulated()
-
-    probes = [probe("process", SeriesInfo("process", "rss_anon_bytes", "bytes"), 0.001),
-              probe("heap", SeriesInfo("objects", "live_count", "count", "pkg.Record"), 0.25, True)]
+    probes = _simulated_probes(sim, 0.25)
     monkeypatch.setattr(probes_lib, "collect_objects", lambda read_locals=False: probes_lib.Census([]))
     with clock.use(sim):
         monitor = Monitor(str(tmp_path), trace_leaks=False, probes=probes, census_collects_garbage=False)
