@@ -282,8 +282,10 @@ def parse_limit_detail(detail: str) -> tuple[str, float | None] | None:
 #   text              name                                a label as it is (older traces, suffixes)
 
 ROOT_KINDS = frozenset({"global", "local", "class_attribute", "class_namespace", "registry", "native"})
-# Hops through which one holder can keep any number of objects.
-FAN_OUT_KINDS = frozenset({"key", "dict_key", "item", "frame_local", "generator_local"})
+# Hops through which one holder can keep any number of objects (a chain of
+# the same hops keeps one object per link: a handler chaining to the one it
+# replaced, a wrapper wrapping the last one).
+FAN_OUT_KINDS = frozenset({"key", "dict_key", "item", "frame_local", "generator_local", "repeat"})
 
 
 MAX_HOP_CHARS = 300  # the longest text of one hop (a module or key name may be megabytes)

@@ -191,6 +191,50 @@ def loop_memo_closure(logdir, seen):
     return monitor
 
 
+class Parser:
+    """A streaming parser whose buffer keeps every byte fed (nothing compacts it)."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.pos = 0
+
+    def feed(self, chunk):
+        self.buf.extend(chunk)
+
+
+def loop_parser_buffer(logdir, seen):
+    parser = Parser()
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in _steps(monitor, seen):
+        parser.feed(bytes(4096))  # one bytearray grows: no object count does
+        parser.pos = len(parser.buf)
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
+class Bank:
+    """A memory bank re-bound to a bigger array each step."""
+
+    def __init__(self):
+        self.rows = np.zeros((0, 64), np.float32)
+
+    def add(self, batch):
+        self.rows = np.concatenate((self.rows, batch))
+
+
+def loop_rebound_attribute(logdir, seen):
+    bank = Bank()
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in _steps(monitor, seen):
+        bank.add(np.ones((16, 64), np.float32))  # +4 KiB a step, one array
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
 CASES = [
     (loop_local, "loop_local() local `history`"),
     (loop_global, "global `__main__.KEPT_GLOBAL`"),
@@ -200,6 +244,8 @@ CASES = [
     (loop_arrays_in_tuples, "loop_arrays_in_tuples() local `batches`"),
     (loop_model_returned, "Model.activations"),
     (loop_memo_closure, "`cache`"),
+    (loop_parser_buffer, "Parser.buf"),
+    (loop_rebound_attribute, "Bank.rows"),
 ]
 
 

@@ -1,7 +1,8 @@
 """Leak traces on real loops at default Monitor settings: the report names
 who holds what grows (a local, a global, a callback's attribute, a closure's
 cell, a dict keyed by step, a list of bytearrays, a tf.function's traces,
-arrays in tuples in a list), in the monitor's warning, in on_leak, in the
+arrays in tuples in a list, one bytearray an object extends, an attribute
+re-bound to a bigger array), in the monitor's warning, in on_leak, in the
 saved logdir (CLI JSON and text) and without leaving references behind."""
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ CASES = [
     ("loop_arrays_in_tuples", "loop_arrays_in_tuples() local `batches`"),
     ("loop_model_returned", "Model.activations"),
     ("loop_memo_closure", "`cache`"),
+    ("loop_parser_buffer", "Parser.buf"),
+    ("loop_rebound_attribute", "Bank.rows"),
 ]
 LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 

@@ -443,8 +443,9 @@ def test_a_local_array_is_named_for_growth_only_when_it_grew():
     def hop(name):
         return {"kind": "local", "where": where[0], "owner": where[1], "name": name}
 
-    now = [(hop("dataset"), dataset), (hop("preds"), preds), (hop("batch"), batch)]
+    found = online._buffers([(hop("dataset"), dataset), (hop("preds"), preds), (hop("batch"), batch)])
+    sizes, buffers = [(key, size) for key, size, _t, _b in found], [target for _k, _s, target, _b in found]
     before = {where + ("dataset",): dataset.nbytes, where + ("preds",): 600_000 * 8, where + ("batch",): 500 * 8}
-    assert [a is preds for a in online._growth_holding_arrays(culprit, report, now, before)] == [True]
+    assert [buffers[i] is preds for i in online._growth_holding_arrays(culprit, report, sizes, before)] == [True]
     # Without a reading before, nothing tells a grown array from a big one.
-    assert online._growth_holding_arrays(culprit, report, now, {}) == []
+    assert online._growth_holding_arrays(culprit, report, sizes, {}) == []

@@ -48,14 +48,19 @@ _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def read_traces(series_list, warnings: list | None = None) -> dict[str, dict]:
-    """culprit key (``kind:name``) -> the latest valid trace among ``held_by`` series.
+    """culprit key (``kind:name``) -> the latest valid trace among ``held_by``
+    series that names a holder, or the latest one when none does: a trace
+    that found no path (cut short on a larger heap at the run's last walk,
+    or every path it found left out) says nothing against the holder an
+    earlier trace of the same culprit named, and the instances it traced
+    are still alive (it traced them).
 
     Each trace is read defensively: a trace that is too large, nested too
     deep or not the known format is skipped with a warning; numbers that are
     not finite (``NaN``, ``Infinity``) or out of range are read as absent;
     long texts and lists are cut (see the bounds above). What is returned
     holds only the known fields, checked."""
-    latest: dict[str, tuple[int, dict]] = {}
+    latest: dict[str, tuple[tuple, dict]] = {}
     for series in series_list:
         tag = _tag_text(getattr(series, "tag", ""))
         problem, trace = _parse(series.info.detail)
@@ -69,9 +74,9 @@ def read_traces(series_list, warnings: list | None = None) -> dict[str, dict]:
                 warnings.append(f"{tag}: leak trace in an unknown or newer format; skipped")
             continue
         key = f"{trace['culprit']['kind']}:{trace['culprit']['name']}"
-        step = trace["step"] if trace["step"] is not None else -1
-        if key not in latest or step >= latest[key][0]:
-            latest[key] = (step, trace)
+        rank = (bool(trace["held_by"]), trace["step"] if trace["step"] is not None else -1)
+        if key not in latest or rank >= latest[key][0]:
+            latest[key] = (rank, trace)
     return {key: trace for key, (_step, trace) in latest.items()}
 
 

@@ -47,10 +47,12 @@ import sys
 import types
 import json
 import math
+import os
+import sysconfig
 import time
 
 from tb_leak_plugin.capture import referrers
-from tb_leak_plugin.capture.probes import _function_types, _is_library, type_name
+from tb_leak_plugin.capture.probes import _function_types, _is_library, _may_hold_arrays, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
 from tb_leak_plugin.units import format_bytes, printable
 
@@ -140,6 +142,17 @@ EARLY_ANALYSES = 2
 # sliver), and at most this many such arrays are traced.
 LOCAL_ARRAY_GROWTH_SHARE = 0.5
 LOCAL_ARRAYS_TRACED = 3
+# The same for one object that grows in place or is re-bound to a bigger one
+# in an attribute of one of the program's own objects or a global of its own
+# modules (a parser's bytearray extended by every chunk received, a memory
+# bank an attribute re-binds to ``tf.concat((bank, batch))``): read at every
+# walk (no frame is touched), from the instances of the program's own classes
+# when they are at most this many (a class with more instances is a leak of
+# its own count, traced as such; a walk is not made dearer by them), each
+# buffer of at least BUFFER_MIN_BYTES noted (smaller ones cannot hold half of
+# a material growth).
+MAX_BUFFER_OWNERS = 2_000
+BUFFER_MIN_BYTES = 1024
 # The trace caps above are seconds of the monitor's own work, as its allowance
 # is: on a machine where other processes take the cores, a trace's search
 # takes more wall time for the same levels (a cap in wall seconds found
@@ -321,10 +334,14 @@ class LeakWatch:
         #: running functions' locals (see _growth_holding_arrays). A clean
         #: run's frames are never read.
         self.wants_locals = False
-        # (where, name) -> bytes of the numpy arrays in those locals at the
-        # walk before, and at this one.
+        # key -> bytes of the buffers in those locals and in the program's
+        # objects (see _buffers) at the walk before, and at this one; and this
+        # walk's buffers themselves (dropped when the walk ends).
         self._local_arrays: dict = {}
         self._local_arrays_now: dict = {}
+        self._walk_sizes: list = []    # [(key, bytes)] of this walk's buffers
+        self._walk_buffers: list = []  # ... what a trace starts from (a buffer, or its object)
+        self._walk_held: list = []     # ... and an object's buffer (None for the others)
         self._locals_analyses = 0
         self._rise_streak = 0         # walks in a row at which a census count rose
         self._baseline = None         # sorted ids of the objects at BASELINE_WALK
@@ -349,6 +366,7 @@ class LeakWatch:
         census.want(*kinds)
         census.want_group(_CONTAINER_SET)
         census.want_group(_CELL_GROUP)
+        census.want_group(_own_kinds(census))
         self._subclasses = _container_subclasses(census)
         if self._subclasses:
             census.want_group(self._subclasses)
@@ -403,7 +421,8 @@ class LeakWatch:
         self.wants_walk = False
         try:
             self._walks += 1
-            self._local_arrays, self._local_arrays_now = self._local_arrays_now, _local_arrays(census.local_hops)
+            self._read_buffers(census)
+            self._local_arrays, self._local_arrays_now = self._local_arrays_now, dict(self._walk_sizes)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
             self._mark(step, census)
@@ -448,6 +467,7 @@ class LeakWatch:
             self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
         finally:
             self._fresh = None  # never holds the program's objects past the walk
+            self._walk_sizes, self._walk_buffers, self._walk_held = [], [], []
         return time.perf_counter() - started
 
     def bring_report_up_to_date(self) -> None:
@@ -760,7 +780,15 @@ class LeakWatch:
                 continue
             # Arrays a running function's local holds (see _growth_holding_arrays):
             # their paths end in that local, which is marked as holding arrays.
-            arrays = kind is None and culprit.kind in ("series", "tensors")
+            arrays = kind is None and culprit.kind in ("series", "tensors") and bool(instances)
+            held = {}
+            if arrays:
+                # A buffer an object holds is traced from the object (see _buffers).
+                where = {id(target): index for index, target in enumerate(self._walk_buffers)}
+                held = {id(target): self._walk_held[where[id(target)]] for target in instances
+                        if id(target) in where}
+                first = held.get(id(instances[0])) if held else None
+                arrays = _name_of(type(first if first is not None else instances[0]))
             mark = self._marks.get(id(kind)) if kind is not None else None
             if mark is not None and mark[2] == type_name(kind) and mark[0] < step:
                 # (A mark made at this walk tells nothing new apart yet.)
@@ -781,8 +809,12 @@ class LeakWatch:
             sample = _spread(fresh[: len(fresh) - len(fresh) // 10] if len(fresh) >= 10 else fresh, TRACE_SAMPLE)
             new = len(fresh)
             fresh = None
-            result = referrers.trace(sample, time_cap_s=self._trace_cap(),
-                                     exclude=_census_lists(census) + [sample], local_hops=census.local_hops,
+            suffixes = [_attribute_hops(target, held[id(target)]) if held.get(id(target)) is not None else None
+                        for target in sample] if held else None
+            held = None
+            result = referrers.trace(sample, time_cap_s=self._trace_cap(), suffixes=suffixes,
+                                     exclude=_census_lists(census) + [sample, self._walk_buffers],
+                                     local_hops=census.local_hops,
                                      fresh=self._fresh_objects(census))
             sample = None
             spent += result.seconds
@@ -799,7 +831,7 @@ class LeakWatch:
                 for entry in detail["held_by"]:
                     hops = entry.get("hops")
                     if hops and isinstance(hops[-1], dict) and not hops[-1].get("holds"):
-                        hops[-1]["holds"] = "ndarray"
+                        hops[-1]["holds"] = arrays
             self._write_trace(key, detail, step, wall_time, result.traced, write)
             traced_any = True
         # Memory whose growth a traceable culprit explains is traced through
@@ -822,8 +854,21 @@ class LeakWatch:
         # the objects no frame had a snapshot its list could hold).
         self.wants_locals = memory is not None and not self._held_by and not census.final
         if self.wants_locals and census.local_hops is None and not self._local_arrays_now:
-            self._local_arrays_now = _local_arrays(referrers.running_locals())
+            self._read_buffers(census, True)
+            self._local_arrays_now = dict(self._walk_sizes)
         self._tell(report)
+
+    def _read_buffers(self, census, read_locals: bool = False) -> None:
+        """Note this walk's buffers (see _buffers), their keys and sizes apart
+        from them (a trace must find no tuple of ours on their paths); their
+        cost is the traces'."""
+        started = time.perf_counter()
+        found = _buffers(referrers.running_locals() if read_locals else census.local_hops, census)
+        self._walk_sizes = [(key, size) for key, size, _target, _buffer in found]
+        self._walk_buffers = [target for _key, _size, target, _buffer in found]
+        self._walk_held = [buffer for _key, _size, _target, buffer in found]
+        found = None
+        self.trace_seconds += time.perf_counter() - started
 
     def _fresh_objects(self, census):
         """The census's objects made since the baseline walk (by id: one
@@ -849,7 +894,8 @@ class LeakWatch:
         holds most of their growth (see _growth_holding_arrays)."""
         if (culprit.kind == "tensors" and "numpy_bytes" in culprit.name) or \
                 (culprit.kind == "series" and culprit.unit == "bytes"):
-            return None, _growth_holding_arrays(culprit, report, census.local_hops or (), self._local_arrays)
+            return None, [self._walk_buffers[i] for i in
+                          _growth_holding_arrays(culprit, report, self._walk_sizes, self._local_arrays)]
         if culprit.kind == "retracing":
             # The named tf.function; for the eager context's library growing,
             # the tf.functions traced most often.
@@ -1085,36 +1131,158 @@ def _item_kind(container) -> str | None:
         return None
 
 
-def _local_arrays(local_hops) -> dict:
-    """(where, name) -> bytes of the numpy arrays among the locals read."""
-    ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
-    if ndarray is None or not local_hops:
-        return {}
-    return {(hop.get("where"), hop.get("owner"), hop.get("name")): int(value.nbytes)
-            for hop, value in local_hops if type(value) is ndarray}
+def _buffer_size(value, eager=None) -> int:
+    """The bytes of one buffer-like object (an array, a tensor, a bytearray,
+    bytes, a string), by its exact type (a subclass's methods never run); 0
+    for anything else."""
+    kind = type(value)
+    try:
+        if kind is bytearray or kind is bytes:
+            return len(value)
+        if kind is str:
+            return str.__len__(value)
+        if kind is getattr(sys.modules.get("numpy"), "ndarray", None):
+            return int(value.nbytes)
+        if eager is not None and kind is eager:
+            return int(value._num_elements()) * int(value.dtype.size)
+    except Exception:
+        return 0
+    return 0
 
 
-def _growth_holding_arrays(culprit, report, local_hops, before: dict) -> list:
-    """The arrays in running functions' locals that grew since the walk
-    before (by the variable's name: a loop re-binds it to a new, bigger
-    array each step) and each hold at least half of the growth of the
-    culprit's series (numpy bytes, or memory) over its current segment (at
-    most three): one array a loop re-binds to a bigger one each step
+def _eager_type():
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    kind = getattr(ops, "EagerTensor", None) if ops is not None else None
+    return kind if isinstance(kind, type) else None
+
+
+_INSTALLED = tuple(os.path.normcase(os.path.realpath(path)) + os.sep for path in {
+    *(sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib"))} if path)
+_program_modules: dict = {}
+
+
+def _program_module(name) -> bool:
+    """Whether the module ``name`` is the program's own: ``__main__``, or a
+    module loaded from a file outside the interpreter's installation and
+    its site-packages (a package installed for the program is a library)."""
+    if type(name) is not str:
+        return False
+    known = _program_modules.get(name)
+    if known is not None:
+        return known
+    own = False
+    if name == "__main__":
+        own = True
+    elif not name.startswith(referrers._PACKAGE) and not _is_library(name) \
+            and name.partition(".")[0] not in _STDLIB:
+        namespace = referrers.module_namespace(sys.modules.get(name))
+        path = dict.get(namespace, "__file__") if type(namespace) is dict else None
+        if type(path) is str:
+            path = os.path.normcase(os.path.realpath(path))
+            own = not path.startswith(_INSTALLED) and os.sep + "site-packages" + os.sep not in path \
+                and os.sep + "dist-packages" + os.sep not in path
+    if len(_program_modules) < 100_000:
+        _program_modules[name] = own
+    return own
+
+
+def _own_kinds(census) -> frozenset:
+    """The program's own classes among the census's types (defined in Python,
+    in one of the program's own modules), each with at most MAX_BUFFER_OWNERS
+    instances."""
+    kinds = []
+    for kind, count in census.by_type().items():
+        if count > MAX_BUFFER_OWNERS or not _may_hold_arrays(kind) or issubclass(kind, _CONTAINER_TYPES):
+            continue
+        if _program_module(referrers._type_attr(kind, "__module__")):
+            kinds.append(kind)
+    return frozenset(kinds)
+
+
+def _buffers(local_hops, census=None) -> list:
+    """``(key, bytes, target, buffer)`` of the buffers a leak may grow in:
+    the running functions' locals and the globals of the program's own
+    modules (``target`` is the buffer, ``buffer`` None), and the attributes
+    of the program's own objects (keyed by the object, with the bytes of all
+    its buffers; ``target`` is the object, ``buffer`` its largest); each
+    of at least BUFFER_MIN_BYTES."""
+    eager = _eager_type()
+    out = []
+    for hop, value in local_hops or ():
+        size = _buffer_size(value, eager)
+        if size >= BUFFER_MIN_BYTES:
+            out.append(((hop.get("where"), hop.get("owner"), hop.get("name")), size, value, None))
+    if census is None:
+        return out
+    owners = census.where_type_in(_own_kinds(census))
+    if len(owners) > MAX_BUFFER_OWNERS:
+        return out
+    for owner in owners:
+        total, largest, biggest = 0, 0, None
+        for value in gc.get_referents(owner):
+            # Its attributes: in its __dict__ (a small dict, not a mapping the
+            # object keeps as an attribute), or listed directly.
+            values = dict.values(value) if type(value) is dict and dict.__len__(value) <= 256 else (value,)
+            for item in values:
+                size = _buffer_size(item, eager)
+                if size >= BUFFER_MIN_BYTES:
+                    total += size
+                    if size > largest:
+                        largest, biggest = size, item
+        if biggest is not None:
+            # The object, not its buffer, is what a trace climbs from: an
+            # instance's __dict__ that holds only untracked values (a
+            # bytearray, numbers) is untracked itself once it exists, and
+            # no pass of the heap finds it as the buffer's holder.
+            out.append((("object", id(owner)), total, owner, biggest))
+    owners = None
+    seen = set()
+    for name, module in referrers.modules():
+        if not _program_module(name):
+            continue
+        namespace = referrers.module_namespace(module)
+        if type(namespace) is not dict or id(namespace) in seen:
+            continue
+        seen.add(id(namespace))
+        for key, value in list(dict.items(namespace)):
+            size = _buffer_size(value, eager)
+            if size >= BUFFER_MIN_BYTES:
+                out.append((("global", name, key), size, value, None))
+    return out
+
+
+def _attribute_hops(owner, buffer) -> list:
+    """The hop from ``owner`` to the ``buffer`` in one of its attributes."""
+    namespace = referrers._instance_dict(owner)
+    name = "?"
+    if namespace is not None:
+        for key, value in list(dict.items(namespace)):
+            if value is buffer and type(key) is str:
+                name = key
+                break
+    return [{"kind": "attribute", "owner": _name_of(type(owner)), "name": referrers.bound(name)}]
+
+
+def _growth_holding_arrays(culprit, report, sizes: list, before: dict) -> list:
+    """The buffers (see _buffers) that grew since the walk before (by the
+    variable's name or the object that holds them: a loop re-binds a local
+    or an attribute to a new, bigger array each step, a parser extends its
+    bytearray) and each hold at least half of the growth of the culprit's
+    series (numpy bytes, or memory) over its current segment (at most
+    three): one array a loop re-binds to a bigger one each step
     (`preds = np.concatenate((preds, logits))`) is held by nothing the
     collector lists, so no growing container names it. A dataset loaded once
     does not grow, and a step's own batch holds a sliver of the growth:
-    neither is traced as the holder."""
-    ndarray = getattr(sys.modules.get("numpy"), "ndarray", None)
+    neither is traced as the holder. Returns their indices in ``sizes``."""
     series = next((r for r in (report.series if report is not None else ())
                    if r.tag == culprit.name and r.trend is not None), None)
-    if ndarray is None or series is None or not series.trend.total_growth > 0 or not before:
+    if series is None or not series.trend.total_growth > 0 or not before:
         return []
     bar = LOCAL_ARRAY_GROWTH_SHARE * float(series.trend.total_growth)
-    arrays = [value for hop, value in local_hops
-              if type(value) is ndarray and value.nbytes >= bar
-              and value.nbytes > before.get((hop.get("where"), hop.get("owner"), hop.get("name")), math.inf)]
-    arrays.sort(key=lambda array: -array.nbytes)
-    return arrays[:LOCAL_ARRAYS_TRACED]
+    grown = [(size, index) for index, (key, size) in enumerate(sizes)
+             if size >= bar and size > before.get(key, math.inf)]
+    grown.sort(key=lambda item: -item[0])
+    return [index for _size, index in grown[:LOCAL_ARRAYS_TRACED]]
 
 
 def _mark_share(count: int, room: int) -> int:
