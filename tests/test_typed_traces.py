@@ -454,7 +454,7 @@ def test_the_hashed_share_of_a_large_type_tells_its_new_instances():
     import numpy as np
 
     old = [Box() for _ in range(50_000)]
-    share = online._mark_share(len(old), online.MAX_MARKED_INSTANCES)
+    share = online._mark_share(len(old), online.WATCH.max_marked_instances)
     assert share == 4
     ids = online._in_share(np.fromiter(map(id, old), np.int64, len(old)), share)
     assert abs(ids.size - len(old) / share) < 0.05 * len(old) / share

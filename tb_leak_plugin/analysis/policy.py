@@ -1,4 +1,6 @@
-"""Every constant that decides a verdict, in one place, each with its reason.
+"""Every constant that decides a verdict, in one place, each with its reason
+(``Policy``); and every constant of the leak watch that decides what is traced
+and named as a holder (``WatchPolicy``).
 
 The series model (`analysis.trend`) estimates the current growth rate of a
 series with an interval; the decision compares that interval with a
@@ -168,3 +170,132 @@ class Policy:
 
 
 POLICY = Policy()
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchPolicy:
+    """Every constant of the leak watch (``capture.online``) that decides
+    what is traced and named as a leak's holder, and when, each with its
+    reason; and the bounds that keep the watch's own memory and time flat."""
+
+    # Points kept per series for the analysis while the loop runs.
+    max_points: int = 256
+    max_series: int = 192
+    # Types whose instances' ids are noted at each walk, and the largest count noted.
+    # A type with more instances (a TensorFlow heap holds ~80,000 functions and
+    # ~300,000 tuples) has a hashed subset of its ids noted, one in ``share``: a
+    # later trace samples its new instances from that subset (an unbiased sample
+    # of what is new, at the same memory), instead of from every instance, where
+    # a leak's few thousand are lost among the library's own.
+    marked_types: int = 3
+    max_marked_instances: int = 20_000
+    # The ids of every object at the second heap walk are kept (8 bytes each,
+    # for heaps of at most this many objects): a trace then climbs through the
+    # objects made since (at most max_fresh of them) in memory, instead of one
+    # pass of the heap per level (see referrers._through_fresh), which on a
+    # TensorFlow heap (~50 ms a pass) reached four levels within its cap.
+    max_baseline_objects: int = 1_500_000
+    max_fresh: int = 300_000
+    baseline_walk: int = 2
+    # Instances traced per culprit, the time cap of one trace, and of all traces of one walk.
+    trace_sample: int = 32
+    trace_cap_s: float = 0.25
+    walk_trace_cap_s: float = 0.5
+    # Traces written per run (a bounded logdir whatever the run's length).
+    max_traces: int = 48
+    # Containers: the smallest length followed, how many are followed at once,
+    # walks of growth in a row before one is traced, and how many are reported.
+    min_container_length: int = 8
+    # A container is named as a leak's holder only when it grew by at least this
+    # many items per training step over the walks that saw it (a list appended to
+    # every step: 1; a module registry filling up at imports: far less).
+    min_items_per_step: float = 0.2
+    followed_containers: int = 16
+    growing_walks: int = 3
+    max_containers: int = 8
+    max_container_ids: int = 2_000_000
+    # The analysis runs from this many heap walks on.
+    min_walks_for_analysis: int = 2
+    # Between heap walks the memory series are analysed only once one of them has
+    # grown by this share of its first value (the analysis allocates: run for
+    # nothing, it would move the C allocator's bytes of a clean run).
+    memory_growth_to_analyse: float = 0.02
+    # The watch (analysis and traces, on top of the walks) spends at most this
+    # share of what the heap walks themselves cost.
+    watch_share: float = 0.25
+    # A trace is not started with less time than this left to the watch.
+    min_trace_s: float = 0.02
+    # Room the monitor keeps for one trace at its last walk, before any was
+    # measured (seconds; the first culprit is often confirmed only there).
+    final_trace_s: float = 0.25
+    # A run that leaks and has no trace yet gets one trace of up to trace_cap_s at
+    # the first walk that has something to trace, and one more at its last walk
+    # if none named a holder, even when the budget is spent (it is the answer the
+    # user needs): the monitor's time may exceed its budget by this much, twice.
+    # The first walk that finds it, because by the last the loop's function may
+    # have returned and what held the leak in its locals be gone (an array
+    # re-bound to a bigger one each step); the last, because a trace cut short
+    # on a loaded machine names nothing.
+    # (derived: see the property first_trace_s)
+    # A container that grew at every one of growing_walks walks, by items per
+    # step, is traced when it is seen, not when the run ends: by then the loop's
+    # function may have returned and its containers be gone (a model, its layers
+    # and their lists are locals of a ``train()`` that returned before close()).
+    # Those traces may take the monitor past its budget by at most this much in
+    # all, once per run (one trace of a container costs a pass of the heap per
+    # hop of its path: tens of milliseconds on a TensorFlow heap).
+    # (derived: see the property container_overdraft_s)
+    # Walks that read the running functions' locals (a leaking run with no holder
+    # named: see LeakWatch.wants_locals) run their analysis whatever the budget
+    # has left at most this many times per run: an array that grew is told from
+    # one that did not by two readings, and the trace then runs while the loop's
+    # frames are alive.
+    locals_analyses: int = 2
+    # A type that rose at each of growing_walks walks in a row, in a run with no
+    # leak confirmed yet, gets its analysis (and, when that finds a leak, its one
+    # trace) whatever the budget has left, at most this many times per run: in a
+    # short run whose heap walks take the whole budget, the analysis would
+    # otherwise wait for close(), when a leak a training function held in its
+    # locals has been let go and no trace can name its holder.
+    early_analyses: int = 2
+    # A local array is named as the holder of a series' growth only when it holds
+    # at least this share of the growth over the series' current segment (the
+    # array that accumulates a leak holds nearly all of it; a step's batch a
+    # sliver), and at most this many such arrays are traced.
+    local_array_growth_share: float = 0.5
+    local_arrays_traced: int = 3
+    # The same for one object that grows in place or is re-bound to a bigger one
+    # in an attribute of one of the program's own objects or a global of its own
+    # modules (a parser's bytearray extended by every chunk received, a memory
+    # bank an attribute re-binds to ``tf.concat((bank, batch))``): read at every
+    # walk (no frame is touched), from the instances of the program's own classes
+    # when they are at most this many (a class with more instances is a leak of
+    # its own count, traced as such; a walk is not made dearer by them), each
+    # buffer of at least buffer_min_bytes noted (smaller ones cannot hold half of
+    # a material growth).
+    max_buffer_owners: int = 2_000
+    buffer_min_bytes: int = 1024
+    # The trace caps above are seconds of the monitor's own work, as its allowance
+    # is: on a machine where other processes take the cores, a trace's search
+    # takes more wall time for the same levels (a cap in wall seconds found
+    # nothing at a load of 3-4 on 2 cores where it named the holder on an idle
+    # machine). The monitor sets ``LeakWatch.contention`` from its heap walks'
+    # wall time over their CPU time (at most its MAX_CONTENTION) and the caps
+    # are scaled by it.
+
+    @property
+    def first_trace_s(self) -> float:
+        """A run that leaks and has no trace yet gets one trace of up to
+        trace_cap_s at the first walk that has something to trace, and one
+        more at its last walk if none named a holder, even when the budget is
+        spent: the monitor's time may exceed its budget by this much, twice
+        (a trace checks its cap between levels, hence the margin)."""
+        return self.trace_cap_s / 0.7 + self.min_trace_s
+
+    @property
+    def container_overdraft_s(self) -> float:
+        """What container traces may take past the budget, in all, once per run."""
+        return self.first_trace_s
+
+
+WATCH = WatchPolicy()

@@ -419,8 +419,8 @@ class Monitor:
         self._loop_start_s = 0.0  # training time at the first sample
         self._requested_s = 0.0  # the profiler window's start and stop (profile_steps)
         # What the leak watch spent beyond the spare time it was given (its
-        # first trace, its early analyses: see online.FIRST_TRACE_S and
-        # online.EARLY_ANALYSES): past the budget, not out of the heap walks'.
+        # first trace, its early analyses: see WatchPolicy.first_trace_s and
+        # WatchPolicy.early_analyses): past the budget, not out of the heap walks'.
         self._overdraft_s = 0.0
         self._monitor_s = 0.0
         self._last_return = time.perf_counter()
@@ -725,7 +725,7 @@ class Monitor:
                 if walking:
                     # Charged to the heap walk: the watch's analyses and
                     # traces take what the budget has free (and at most
-                    # online.WATCH_SHARE of what the walks cost).
+                    # WatchPolicy.watch_share of what the walks cost).
                     before = self._watch.analysis_seconds + self._watch.trace_seconds
                     self._watch.contention = self._contention()
                     spare = self._watch_spare_s(due)

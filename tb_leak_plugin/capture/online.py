@@ -3,7 +3,7 @@
 After each heap walk the monitor hands the walk to a :class:`LeakWatch`:
 
 * **History.** Every point the monitor writes is kept in memory (at most
-  ``MAX_POINTS`` per series, thinned evenly beyond), so the same analysis that
+  ``WATCH.max_points`` per series, thinned evenly beyond), so the same analysis that
   the CLI runs on the logdir can run on the run so far.
 * **Marks.** For the few types whose live count rises most between walks,
   the ids of their instances are noted (ids only, never the objects), so a
@@ -30,7 +30,7 @@ Held-by data is bounded: every string written is cut to
 ``referrers.MAX_HOP_CHARS`` characters, every path to ``referrers.MAX_HOPS`` hops.
 
 Everything else here runs inside the monitor's lock and heap-walk lock, costs at
-most ``WATCH_SHARE`` (a quarter) of what the heap walks cost on top of them
+most ``WATCH.watch_share`` (a quarter) of what the heap walks cost on top of them
 (charged to them, it would leave short runs with too few walks for the
 census), and never raises into the loop.
 """
@@ -52,114 +52,13 @@ import sysconfig
 import time
 
 from tb_leak_plugin.capture import referrers
+from tb_leak_plugin.analysis.policy import WATCH
 from tb_leak_plugin.capture.probes import _function_types, _is_library, _may_hold_arrays, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
 from tb_leak_plugin.units import format_bytes, printable
 
-# Points kept per series for the analysis while the loop runs.
-MAX_POINTS = 256
-MAX_SERIES = 192
-# Types whose instances' ids are noted at each walk, and the largest count noted.
-# A type with more instances (a TensorFlow heap holds ~80,000 functions and
-# ~300,000 tuples) has a hashed subset of its ids noted, one in ``share``: a
-# later trace samples its new instances from that subset (an unbiased sample
-# of what is new, at the same memory), instead of from every instance, where
-# a leak's few thousand are lost among the library's own.
-MARKED_TYPES = 3
-MAX_MARKED_INSTANCES = 20_000
-# The ids of every object at the second heap walk are kept (8 bytes each,
-# for heaps of at most this many objects): a trace then climbs through the
-# objects made since (at most MAX_FRESH of them) in memory, instead of one
-# pass of the heap per level (see referrers._through_fresh), which on a
-# TensorFlow heap (~50 ms a pass) reached four levels within its cap.
-MAX_BASELINE_OBJECTS = 1_500_000
-MAX_FRESH = 300_000
-BASELINE_WALK = 2
-# Instances traced per culprit, the time cap of one trace, and of all traces of one walk.
-TRACE_SAMPLE = 32
-TRACE_CAP_S = 0.25
-WALK_TRACE_CAP_S = 0.5
-# Traces written per run (a bounded logdir whatever the run's length).
-MAX_TRACES = 48
-# Containers: the smallest length followed, how many are followed at once,
-# walks of growth in a row before one is traced, and how many are reported.
-MIN_CONTAINER_LENGTH = 8
-# A container is named as a leak's holder only when it grew by at least this
-# many items per training step over the walks that saw it (a list appended to
-# every step: 1; a module registry filling up at imports: far less).
-MIN_ITEMS_PER_STEP = 0.2
-FOLLOWED_CONTAINERS = 16
-GROWING_WALKS = 3
-MAX_CONTAINERS = 8
-MAX_CONTAINER_IDS = 2_000_000
-# The analysis runs from this many heap walks on.
-MIN_WALKS_FOR_ANALYSIS = 2
-# Between heap walks the memory series are analysed only once one of them has
-# grown by this share of its first value (the analysis allocates: run for
-# nothing, it would move the C allocator's bytes of a clean run).
-MEMORY_GROWTH_TO_ANALYSE = 0.02
-# The watch (analysis and traces, on top of the walks) spends at most this
-# share of what the heap walks themselves cost.
-WATCH_SHARE = 0.25
-# A trace is not started with less time than this left to the watch.
-MIN_TRACE_S = 0.02
-# Room the monitor keeps for one trace at its last walk, before any was
-# measured (seconds; the first culprit is often confirmed only there).
-FINAL_TRACE_S = 0.25
-# A run that leaks and has no trace yet gets one trace of up to TRACE_CAP_S at
-# the first walk that has something to trace, and one more at its last walk
-# if none named a holder, even when the budget is spent (it is the answer the
-# user needs): the monitor's time may exceed its budget by this much, twice.
-# The first walk that finds it, because by the last the loop's function may
-# have returned and what held the leak in its locals be gone (an array
-# re-bound to a bigger one each step); the last, because a trace cut short
-# on a loaded machine names nothing.
-FIRST_TRACE_S = TRACE_CAP_S / 0.7 + MIN_TRACE_S
-# A container that grew at every one of GROWING_WALKS walks, by items per
-# step, is traced when it is seen, not when the run ends: by then the loop's
-# function may have returned and its containers be gone (a model, its layers
-# and their lists are locals of a ``train()`` that returned before close()).
-# Those traces may take the monitor past its budget by at most this much in
-# all, once per run (one trace of a container costs a pass of the heap per
-# hop of its path: tens of milliseconds on a TensorFlow heap).
-CONTAINER_OVERDRAFT_S = FIRST_TRACE_S
-# Walks that read the running functions' locals (a leaking run with no holder
-# named: see LeakWatch.wants_locals) run their analysis whatever the budget
-# has left at most this many times per run: an array that grew is told from
-# one that did not by two readings, and the trace then runs while the loop's
-# frames are alive.
-LOCALS_ANALYSES = 2
-# A type that rose at each of GROWING_WALKS walks in a row, in a run with no
-# leak confirmed yet, gets its analysis (and, when that finds a leak, its one
-# trace) whatever the budget has left, at most this many times per run: in a
-# short run whose heap walks take the whole budget, the analysis would
-# otherwise wait for close(), when a leak a training function held in its
-# locals has been let go and no trace can name its holder.
-EARLY_ANALYSES = 2
-# A local array is named as the holder of a series' growth only when it holds
-# at least this share of the growth over the series' current segment (the
-# array that accumulates a leak holds nearly all of it; a step's batch a
-# sliver), and at most this many such arrays are traced.
-LOCAL_ARRAY_GROWTH_SHARE = 0.5
-LOCAL_ARRAYS_TRACED = 3
-# The same for one object that grows in place or is re-bound to a bigger one
-# in an attribute of one of the program's own objects or a global of its own
-# modules (a parser's bytearray extended by every chunk received, a memory
-# bank an attribute re-binds to ``tf.concat((bank, batch))``): read at every
-# walk (no frame is touched), from the instances of the program's own classes
-# when they are at most this many (a class with more instances is a leak of
-# its own count, traced as such; a walk is not made dearer by them), each
-# buffer of at least BUFFER_MIN_BYTES noted (smaller ones cannot hold half of
-# a material growth).
-MAX_BUFFER_OWNERS = 2_000
-BUFFER_MIN_BYTES = 1024
-# The trace caps above are seconds of the monitor's own work, as its allowance
-# is: on a machine where other processes take the cores, a trace's search
-# takes more wall time for the same levels (a cap in wall seconds found
-# nothing at a load of 3-4 on 2 cores where it named the holder on an idle
-# machine). The monitor sets ``LeakWatch.contention`` from its heap walks'
-# wall time over their CPU time (at most its MAX_CONTENTION) and the caps
-# are scaled by it.
+# The leak watch's constants (what is traced and named, and when; the bounds
+# of its own memory and time) are in analysis.policy.WatchPolicy, with their reasons.
 
 # The interpreter's own registries and caches grow at imports, not per step.
 _INTERPRETER_MODULES = frozenset((
@@ -196,16 +95,16 @@ class History:
     """The points written so far, per series, in one block allocated (and
     touched) when the monitor is made: keeping them never grows the process's
     memory during the run, which the program's own memory series would show
-    as growth. ``MAX_SERIES`` series of ``MAX_POINTS`` points; a full series
+    as growth. ``WATCH.max_series`` series of ``WATCH.max_points`` points; a full series
     is thinned in place to every second point; series beyond the block are
     not kept (the logdir has them all)."""
 
     def __init__(self):
         self._index: dict[SeriesInfo, int] = {}
-        self._steps = np.full((MAX_SERIES, MAX_POINTS), -1, np.int64)
-        self._walls = np.full((MAX_SERIES, MAX_POINTS), -1.0)
-        self._values = np.full((MAX_SERIES, MAX_POINTS), -1.0)
-        self._counts = np.zeros(MAX_SERIES, np.int64)
+        self._steps = np.full((WATCH.max_series, WATCH.max_points), -1, np.int64)
+        self._walls = np.full((WATCH.max_series, WATCH.max_points), -1.0)
+        self._values = np.full((WATCH.max_series, WATCH.max_points), -1.0)
+        self._counts = np.zeros(WATCH.max_series, np.int64)
 
     def record(self, step: int, wall_time: float, sample) -> None:
         steps, walls, values, counts = self._steps, self._walls, self._values, self._counts
@@ -214,19 +113,19 @@ class History:
                 continue
             row = self._index.get(info)
             if row is None:
-                if len(self._index) >= MAX_SERIES:
+                if len(self._index) >= WATCH.max_series:
                     continue
                 row = self._index[info] = len(self._index)
             n = int(counts[row])
             if n and steps[row, n - 1] == step:
                 walls[row, n - 1], values[row, n - 1] = wall_time, value
                 continue
-            if n == MAX_POINTS:
+            if n == WATCH.max_points:
                 # Keep every second point, and the newest.
-                half = MAX_POINTS // 2
+                half = WATCH.max_points // 2
                 for column in (steps, walls, values):
-                    column[row, :half] = column[row, 0:MAX_POINTS:2]
-                    column[row, half - 1] = column[row, MAX_POINTS - 1]
+                    column[row, :half] = column[row, 0:WATCH.max_points:2]
+                    column[row, half - 1] = column[row, WATCH.max_points - 1]
                 n = half
             steps[row, n], walls[row, n], values[row, n] = step, wall_time, value
             counts[row] = n + 1
@@ -300,7 +199,7 @@ class LeakWatch:
         self._counts: dict[int, int] = {}  # id(type) -> count at the last walk
         self._marks: dict[int, tuple] = {}  # id(type) -> (step, sorted ids, name, slot, share)
         # Ids of marked instances, in a block allocated (and touched) once.
-        self._mark_ids = np.full((MARKED_TYPES, MAX_MARKED_INSTANCES), -1, np.int64)
+        self._mark_ids = np.full((WATCH.marked_types, WATCH.max_marked_instances), -1, np.int64)
         self._traced: dict[str, tuple] = {}  # culprit key -> (walk, live count)
         self._told: set[str] = set()
         self._containers: dict[int, _Container] = {}
@@ -344,7 +243,7 @@ class LeakWatch:
         self._walk_held: list = []     # ... and an object's buffer (None for the others)
         self._locals_analyses = 0
         self._rise_streak = 0         # walks in a row at which a census count rose
-        self._baseline = None         # sorted ids of the objects at BASELINE_WALK
+        self._baseline = None         # sorted ids of the objects at WATCH.baseline_walk
         self._baseline_step = 0
         self._fresh = None            # the objects made since the baseline, during one walk
         self._early_analyses = 0
@@ -354,8 +253,8 @@ class LeakWatch:
         self._to_tell: list = []
         # Subclasses of the built-in containers in the census being walked.
         self._subclasses = frozenset()
-        # What the container traces may still take beyond the budget (see CONTAINER_OVERDRAFT_S).
-        self._overdraft_s = CONTAINER_OVERDRAFT_S
+        # What the container traces may still take beyond the budget (see WATCH.container_overdraft_s).
+        self._overdraft_s = WATCH.container_overdraft_s
         #: Wall seconds per second of the monitor's own work (set by the monitor).
         self.contention = 1.0
 
@@ -373,10 +272,10 @@ class LeakWatch:
 
     def _worth_analysing(self, walk_s: float) -> bool:
         """Whether the analysis is worth its cost at this walk: something rose
-        since the first walk, and the watch has spent under ``WATCH_SHARE`` of
+        since the first walk, and the watch has spent under ``WATCH.watch_share`` of
         what the walks themselves cost."""
         self._walk_seconds += walk_s
-        if self.trace_seconds + self.analysis_seconds > WATCH_SHARE * self._walk_seconds:
+        if self.trace_seconds + self.analysis_seconds > WATCH.watch_share * self._walk_seconds:
             return False
         return self._rising or self._memory_leaks
 
@@ -385,10 +284,10 @@ class LeakWatch:
         analysis, and one trace while a culprit may still need one."""
         work = self.analysis_cost_s
         leaking = self.last_report is not None and self.last_report.verdict == "leak"
-        if (self._held_by or leaking or self._memory_leaks) and len(self._held_by) < MAX_TRACES:
+        if (self._held_by or leaking or self._memory_leaks) and len(self._held_by) < WATCH.max_traces:
             # Before any leak is seen the first trace is not foreseen: if the
-            # last analysis finds one, that trace runs anyway (FIRST_TRACE_S).
-            work += min(TRACE_CAP_S * self.contention, max(self.trace_cost_s, FINAL_TRACE_S))
+            # last analysis finds one, that trace runs anyway (WATCH.first_trace_s).
+            work += min(WATCH.trace_cap_s * self.contention, max(self.trace_cost_s, WATCH.final_trace_s))
         return work
 
     def _left(self) -> float:
@@ -398,7 +297,7 @@ class LeakWatch:
     def _trace_cap(self) -> float:
         """A trace's time cap: a trace checks its cap between levels of its
         search, and a level can take a tenth of a second on a large heap."""
-        return min(TRACE_CAP_S * self.contention, 0.7 * self._left())
+        return min(WATCH.trace_cap_s * self.contention, 0.7 * self._left())
 
     def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0,
                    spare_s: float | None = None, advance_s: float | None = None) -> float:
@@ -428,27 +327,27 @@ class LeakWatch:
             self._mark(step, census)
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
             self._fresh = None
-            if self._walks == BASELINE_WALK and len(census.objects) <= MAX_BASELINE_OBJECTS:
+            if self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
                 self._baseline = np.sort(np.fromiter(map(id, census.objects), np.int64, len(census.objects)))
                 self._baseline_step = step
             if extra:
                 write(step, extra, wall_time)
                 self.history.record(step, wall_time, extra)
-            due = census.final or (self._walks >= MIN_WALKS_FOR_ANALYSIS and self._worth_analysing(walk_s))
+            due = census.final or (self._walks >= WATCH.min_walks_for_analysis and self._worth_analysing(walk_s))
             # The last walk of a run with no trace yet: its analysis, and one
             # trace if it finds a leak, run whatever the budget has left
-            # (FIRST_TRACE_S): who holds a leak is the answer the user needs.
+            # (WATCH.first_trace_s): who holds a leak is the answer the user needs.
             owed = not self._held_by and (census.final or (
                 census.local_hops is not None and not self._first_trace_owed_paid
-                and self._locals_analyses < LOCALS_ANALYSES))
+                and self._locals_analyses < WATCH.locals_analyses))
             # What an analysis past the budget is foreseen to cost: its last
             # measured cost, or before any, the watch's share of a walk.
-            foreseen = max(self.analysis_cost_s, WATCH_SHARE * walk_s)
+            foreseen = max(self.analysis_cost_s, WATCH.watch_share * walk_s)
             if owed and not census.final:
                 owed = self._limit - time.perf_counter() >= foreseen
                 self._locals_analyses += owed
-            early = not owed and not census.final and self._early_analyses < EARLY_ANALYSES \
-                and self._rise_streak >= GROWING_WALKS and self._walks >= MIN_WALKS_FOR_ANALYSIS \
+            early = not owed and not census.final and self._early_analyses < WATCH.early_analyses \
+                and self._rise_streak >= WATCH.growing_walks and self._walks >= WATCH.min_walks_for_analysis \
                 and not (self.last_report is not None and self.last_report.verdict == "leak") \
                 and not (due and self._left() >= self.analysis_cost_s) \
                 and self._limit - time.perf_counter() >= foreseen
@@ -474,7 +373,7 @@ class LeakWatch:
         """After the run: analyse the points of walks that had no budget left
         for an analysis (no traces: the objects are gone)."""
         behind = self._walks > self._analysed_walks or self._stale
-        if behind and self._walks >= MIN_WALKS_FOR_ANALYSIS and not self._failed:
+        if behind and self._walks >= WATCH.min_walks_for_analysis and not self._failed:
             from tb_leak_plugin.analysis.report import build_run_report
 
             self.last_report = build_run_report(self.history.run_data(self.run_name, self._held_by))
@@ -488,7 +387,7 @@ class LeakWatch:
         # At runs 32, 128, 512, ... (powers of 4), until memory growth is told.
         if self._failed or self._memory_leaks or runs < 32 or runs & (runs - 1) or (runs.bit_length() - 1) % 2 == 0:
             return 0.0
-        if not self.history.memory_grew(MEMORY_GROWTH_TO_ANALYSE):
+        if not self.history.memory_grew(WATCH.memory_growth_to_analyse):
             return 0.0
         started = time.perf_counter()
         try:
@@ -528,17 +427,17 @@ class LeakWatch:
         rising = [item for item in rising if item[1] in self._rose]
         self._rose = {key for _gain, key, _kind in rising_all}
         if previous:
-            fresh = [kind for _gain, key, kind in rising[:MARKED_TYPES] if key not in self._marks]
+            fresh = [kind for _gain, key, kind in rising[:WATCH.marked_types] if key not in self._marks]
             if fresh:
                 census.instances_of(*fresh)  # one pass selects them all
-            for _gain, key, kind in rising[:MARKED_TYPES]:
+            for _gain, key, kind in rising[:WATCH.marked_types]:
                 if key in self._marks:
                     continue  # keep the earliest mark of a type that keeps rising
-                if len(self._marks) >= MARKED_TYPES:
+                if len(self._marks) >= WATCH.marked_types:
                     oldest = min(self._marks, key=lambda k: self._marks[k][0])
                     slot = self._marks.pop(oldest)[3]
                 else:
-                    slot = (set(range(MARKED_TYPES)) - {m[3] for m in self._marks.values()}).pop()
+                    slot = (set(range(WATCH.marked_types)) - {m[3] for m in self._marks.values()}).pop()
                 instances = census.instances_of(kind)
                 row = self._mark_ids[slot]
                 share = _mark_share(len(instances), row.size)
@@ -558,7 +457,7 @@ class LeakWatch:
         points of the containers followed as series, and appends to
         ``pending`` those to trace now ``(key, entry, container)``."""
         containers = self._containers_of(census)
-        if len(containers) > MAX_CONTAINER_IDS:
+        if len(containers) > WATCH.max_container_ids:
             return []
         # Module namespaces grow at imports; they are roots, not leaks.
         namespaces = set()
@@ -577,7 +476,7 @@ class LeakWatch:
         all_lens = np.fromiter(map(_length, containers), np.int64, n)
         if namespaces:
             all_lens[np.isin(all_ids, np.fromiter(namespaces, np.int64, len(namespaces)))] = 0
-        big = np.flatnonzero(all_lens >= MIN_CONTAINER_LENGTH)
+        big = np.flatnonzero(all_lens >= WATCH.min_container_length)
         order = np.argsort(all_ids[big], kind="stable")
         big = big[order]
         ids, lens = all_ids[big], all_lens[big]   # sorted by id
@@ -609,21 +508,21 @@ class LeakWatch:
             if entry.reported:
                 if entry.subject:
                     extra.append((entry.info, float(length)))
-            elif entry.grew >= GROWING_WALKS and len(entry.history) > GROWING_WALKS:
+            elif entry.grew >= WATCH.growing_walks and len(entry.history) > WATCH.growing_walks:
                 # Traced after the analysis and the culprits' traces, with
                 # the time this walk has left (see _report_containers).
                 pending.append((key, entry, obj))
             del entry.history[:-64]
         # New candidates: grown the most since the last walk (a container new
         # since then, or too short to be listed, counts from empty).
-        if self._container_ids is not None and len(self._containers) < FOLLOWED_CONTAINERS:
+        if self._container_ids is not None and len(self._containers) < WATCH.followed_containers:
             prev_ids, prev_lens = self._container_ids, self._container_lengths
             at = np.searchsorted(prev_ids, ids)
             at[at >= prev_ids.size] = 0
             known = prev_ids[at] == ids if prev_ids.size else np.zeros(ids.size, bool)
             before = np.where(known, prev_lens[at] if prev_ids.size else 0, 0)
             gain = lens - before
-            room = FOLLOWED_CONTAINERS - len(self._containers)
+            room = WATCH.followed_containers - len(self._containers)
             # Half the room goes to those that were there at the last walk
             # and grew, half to those made since (ranked by gain each): a
             # container made since the last walk (a step's list of 256
@@ -671,14 +570,15 @@ class LeakWatch:
         extra = []
         deadline = self._deadline
         started = time.perf_counter()
-        if self._overdraft_s >= MIN_TRACE_S:
+        if self._overdraft_s >= WATCH.min_trace_s:
             self._deadline = max(deadline, min(started + self._overdraft_s * self.contention, self._limit))
         try:
             chosen = [item for item in pending
-                      if item[1].history[-1][2] - item[1].history[0][2] >= MIN_CONTAINER_LENGTH and _per_step(item[1])]
-            room = MAX_CONTAINERS - sum(bool(e.subject) for e in self._containers.values())
-            if not chosen or room <= 0 or self._container_traces >= 2 * MAX_CONTAINERS \
-                    or self._left() < MIN_TRACE_S:
+                      if item[1].history[-1][2] - item[1].history[0][2] >= WATCH.min_container_length
+                      and _per_step(item[1])]
+            room = WATCH.max_containers - sum(bool(e.subject) for e in self._containers.values())
+            if not chosen or room <= 0 or self._container_traces >= 2 * WATCH.max_containers \
+                    or self._left() < WATCH.min_trace_s:
                 return extra  # (no time left: tried again at a later walk)
             # The containers whose new items carry the most bytes first.
             chosen.sort(key=lambda item: -(item[1].history[-1][2] - item[1].history[0][2]) * _item_bytes(item[2]))
@@ -755,13 +655,14 @@ class LeakWatch:
         owed = not self._held_by and (census.final or not self._first_trace_owed_paid)
         if owed:
             # A leaking run whose holder is still unnamed gets its one trace
-            # now, whatever the budget has left (see FIRST_TRACE_S): paid
+            # now, whatever the budget has left (see WATCH.first_trace_s): paid
             # when a trace runs (a walk with nothing to trace keeps it).
-            self._deadline = max(deadline, min(time.perf_counter() + FIRST_TRACE_S * self.contention,
+            self._deadline = max(deadline, min(time.perf_counter() + WATCH.first_trace_s * self.contention,
                                                self._limit))
         for culprit in report.culprits[:6]:
             key = f"{culprit.kind}:{culprit.name}"
-            if spent > WALK_TRACE_CAP_S * self.contention or len(self._held_by) >= MAX_TRACES or self._left() < MIN_TRACE_S:
+            if spent > WATCH.walk_trace_cap_s * self.contention or len(self._held_by) >= WATCH.max_traces \
+                    or self._left() < WATCH.min_trace_s:
                 break
             kind, instances = self._culprit_targets(culprit, census, report)
             if kind is None and not instances:
@@ -806,7 +707,7 @@ class LeakWatch:
             # out of the sample. (Along a chain, where older links are
             # deeper, the climb through what is new reaches them: see
             # referrers._through_fresh.)
-            sample = _spread(fresh[: len(fresh) - len(fresh) // 10] if len(fresh) >= 10 else fresh, TRACE_SAMPLE)
+            sample = _spread(fresh[: len(fresh) - len(fresh) // 10] if len(fresh) >= 10 else fresh, WATCH.trace_sample)
             new = len(fresh)
             fresh = None
             suffixes = [_attribute_hops(target, held[id(target)]) if held.get(id(target)) is not None else None
@@ -840,7 +741,7 @@ class LeakWatch:
                         and not str((c.details or {}).get("tag", "")).startswith("leak/gc/")
                         for c in report.culprits)
         memory = next((c for c in report.culprits if c.kind == "series"), None)
-        if memory is not None and not explained and len(self._held_by) < MAX_TRACES:
+        if memory is not None and not explained and len(self._held_by) < WATCH.max_traces:
             before = len(self._held_by)
             self._trace_containers_for(memory, step, wall_time, census, write)
             traced_any = traced_any or len(self._held_by) > before
@@ -873,7 +774,7 @@ class LeakWatch:
     def _fresh_objects(self, census):
         """The census's objects made since the baseline walk (by id: one
         whose address an older object had is taken for old), or None."""
-        if self._baseline is None or len(census.objects) > MAX_BASELINE_OBJECTS:
+        if self._baseline is None or len(census.objects) > WATCH.max_baseline_objects:
             return None
         if self._fresh is None:
             started = time.perf_counter()
@@ -883,7 +784,7 @@ class LeakWatch:
             where[where >= self._baseline.size] = 0
             new = np.flatnonzero(self._baseline[where] != ids)
             ids = where = None
-            self._fresh = [objects[i] for i in new] if new.size <= MAX_FRESH else []
+            self._fresh = [objects[i] for i in new] if new.size <= WATCH.max_fresh else []
             self.trace_seconds += time.perf_counter() - started  # part of the traces' cost
         return self._fresh or None
 
@@ -932,7 +833,7 @@ class LeakWatch:
                           if e.grew >= 1 and _per_step(e)), key=lambda item: -item[0])
         if not growing:
             return
-        gains = {k: g for g, k, _e in growing[:FOLLOWED_CONTAINERS]}
+        gains = {k: g for g, k, _e in growing[:WATCH.followed_containers]}
         objs = [obj for obj in self._containers_of(census) if id(obj) in gains]
         if not objs:
             return
@@ -940,12 +841,12 @@ class LeakWatch:
         # of 64 KiB buffers before a dict of a thousand small entries.
         objs.sort(key=lambda obj: -gains[id(obj)] * _item_bytes(obj))
         del objs[3:]
-        if self._left() < MIN_TRACE_S:
+        if self._left() < WATCH.min_trace_s:
             return  # no time left at this walk: tried at a later one
         exclude = _census_lists(census) + [objs]
         entries, seconds, traced = [], 0.0, 0
         for obj in objs:
-            if self._left() < MIN_TRACE_S:
+            if self._left() < WATCH.min_trace_s:
                 break
             result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude,
                                      local_hops=census.local_hops)
@@ -1071,7 +972,7 @@ def _container_subclasses(census) -> frozenset:
 
 
 def _untracked_dicts(cells: list, namespaces: list) -> list:
-    """Dicts of at least MIN_CONTAINER_LENGTH items that the collector does
+    """Dicts of at least WATCH.min_container_length items that the collector does
     not track, held by ``cells`` or by a global of ``namespaces`` (C passes:
     the cells' contents in one call, the namespaces' values)."""
     referents = gc.get_referents(*cells) if cells else []
@@ -1082,7 +983,7 @@ def _untracked_dicts(cells: list, namespaces: list) -> list:
     referents = kinds = None
     found = {}
     for d in dicts:
-        if not gc.is_tracked(d) and dict.__len__(d) >= MIN_CONTAINER_LENGTH:
+        if not gc.is_tracked(d) and dict.__len__(d) >= WATCH.min_container_length:
             found[id(d)] = d
     return list(found.values())
 
@@ -1188,11 +1089,11 @@ def _program_module(name) -> bool:
 
 def _own_kinds(census) -> frozenset:
     """The program's own classes among the census's types (defined in Python,
-    in one of the program's own modules), each with at most MAX_BUFFER_OWNERS
+    in one of the program's own modules), each with at most WATCH.max_buffer_owners
     instances."""
     kinds = []
     for kind, count in census.by_type().items():
-        if count > MAX_BUFFER_OWNERS or not _may_hold_arrays(kind) or issubclass(kind, _CONTAINER_TYPES):
+        if count > WATCH.max_buffer_owners or not _may_hold_arrays(kind) or issubclass(kind, _CONTAINER_TYPES):
             continue
         if _program_module(referrers._type_attr(kind, "__module__")):
             kinds.append(kind)
@@ -1205,17 +1106,17 @@ def _buffers(local_hops, census=None) -> list:
     modules (``target`` is the buffer, ``buffer`` None), and the attributes
     of the program's own objects (keyed by the object, with the bytes of all
     its buffers; ``target`` is the object, ``buffer`` its largest); each
-    of at least BUFFER_MIN_BYTES."""
+    of at least WATCH.buffer_min_bytes."""
     eager = _eager_type()
     out = []
     for hop, value in local_hops or ():
         size = _buffer_size(value, eager)
-        if size >= BUFFER_MIN_BYTES:
+        if size >= WATCH.buffer_min_bytes:
             out.append(((hop.get("where"), hop.get("owner"), hop.get("name")), size, value, None))
     if census is None:
         return out
     owners = census.where_type_in(_own_kinds(census))
-    if len(owners) > MAX_BUFFER_OWNERS:
+    if len(owners) > WATCH.max_buffer_owners:
         return out
     for owner in owners:
         total, largest, biggest = 0, 0, None
@@ -1225,7 +1126,7 @@ def _buffers(local_hops, census=None) -> list:
             values = dict.values(value) if type(value) is dict and dict.__len__(value) <= 256 else (value,)
             for item in values:
                 size = _buffer_size(item, eager)
-                if size >= BUFFER_MIN_BYTES:
+                if size >= WATCH.buffer_min_bytes:
                     total += size
                     if size > largest:
                         largest, biggest = size, item
@@ -1246,7 +1147,7 @@ def _buffers(local_hops, census=None) -> list:
         seen.add(id(namespace))
         for key, value in list(dict.items(namespace)):
             size = _buffer_size(value, eager)
-            if size >= BUFFER_MIN_BYTES:
+            if size >= WATCH.buffer_min_bytes:
                 out.append((("global", name, key), size, value, None))
     return out
 
@@ -1278,11 +1179,11 @@ def _growth_holding_arrays(culprit, report, sizes: list, before: dict) -> list:
                    if r.tag == culprit.name and r.trend is not None), None)
     if series is None or not series.trend.total_growth > 0 or not before:
         return []
-    bar = LOCAL_ARRAY_GROWTH_SHARE * float(series.trend.total_growth)
+    bar = WATCH.local_array_growth_share * float(series.trend.total_growth)
     grown = [(size, index) for index, (key, size) in enumerate(sizes)
              if size >= bar and size > before.get(key, math.inf)]
     grown.sort(key=lambda item: -item[0])
-    return [index for _size, index in grown[:LOCAL_ARRAYS_TRACED]]
+    return [index for _size, index in grown[:WATCH.local_arrays_traced]]
 
 
 def _mark_share(count: int, room: int) -> int:
@@ -1355,7 +1256,7 @@ def _name_of(kind) -> str:
 def _per_step(entry) -> bool:
     (first_step, _w, first), (last_step, _w2, last) = entry.history[0], entry.history[-1]
     steps = last_step - first_step
-    return steps > 0 and last - first >= MIN_ITEMS_PER_STEP * steps
+    return steps > 0 and last - first >= WATCH.min_items_per_step * steps
 
 
 def _spread(items: list, count: int) -> list:
