@@ -443,9 +443,122 @@ def test_a_local_array_is_named_for_growth_only_when_it_grew():
     def hop(name):
         return {"kind": "local", "where": where[0], "owner": where[1], "name": name}
 
-    found = online._buffers([(hop("dataset"), dataset), (hop("preds"), preds), (hop("batch"), batch)])
-    sizes, buffers = [(key, size) for key, size, _t, _b in found], [target for _k, _s, target, _b in found]
-    before = {where + ("dataset",): dataset.nbytes, where + ("preds",): 600_000 * 8, where + ("batch",): 500 * 8}
-    assert [buffers[i] is preds for i in online._growth_holding_arrays(culprit, report, sizes, before)] == [True]
+    def sizes(*pairs):
+        return [(key, size) for key, size, _t, _b in online._buffers([(hop(n), v) for n, v in pairs])]
+
+    before = sizes(("dataset", dataset), ("preds", np.zeros(600_000)), ("batch", np.zeros(500)))
+    now = sizes(("dataset", dataset), ("preds", preds), ("batch", batch))
+    history = online._note_sizes(online._note_sizes({}, before), now)
+    assert [now[i][0][-1] for i in online._growth_holding_arrays(culprit, report, now, history)] == ["preds"]
     # Without a reading before, nothing tells a grown array from a big one.
-    assert online._growth_holding_arrays(culprit, report, sizes, {}) == []
+    assert online._growth_holding_arrays(culprit, report, now, online._note_sizes({}, now)) == []
+
+
+class _Sampler:
+    def __init__(self):
+        self.data = np.zeros(2_000_000)       # a dataset loaded once: 16 MB
+        self.epoch = self.data[:1_000_000].copy()  # re-bound each epoch, same size
+
+    def next_epoch(self):
+        self.epoch = self.data[1_000_000:].copy()
+
+
+class _Bank:
+    def __init__(self):
+        self.rows = np.zeros((0, 64))
+
+    def add(self, batch):
+        self.rows = np.concatenate((self.rows, batch))
+
+
+def test_an_attribute_is_named_only_when_it_grew_at_two_walks_by_half_the_growth():
+    """An object's buffer is the holder of a memory growth only when that
+    attribute grew at each of the last two walks and by at least half the
+    growth since it was first seen: a dataset loaded once and an attribute
+    re-bound to a new sample of the same size never are, however large."""
+    import types
+
+    from tb_leak_plugin.capture import online, probes
+
+    report = types.SimpleNamespace(series=[types.SimpleNamespace(
+        tag="leak/process/malloc_bytes", trend=types.SimpleNamespace(total_growth=4e6))])
+    culprit = types.SimpleNamespace(name="leak/process/malloc_bytes")
+    sampler, bank = _Sampler(), _Bank()
+    history, named = {}, []
+    for walk in range(4):
+        sampler.next_epoch()
+        bank.add(np.ones((4096, 64)))         # +2 MiB a walk
+        census = probes.collect_objects()
+        found = online._buffers(None, census)
+        census.release()
+        sizes = [(key, size) for key, size, _t, _b in found]
+        history = online._note_sizes(history, sizes)
+        named.append([online._attribute_hops(found[i][2], found[i][3])[0]["name"]
+                      for i in online._growth_holding_arrays(culprit, report, sizes, history)])
+        found = None
+    assert named[:2] == [[], []]              # one growth seen: not yet
+    assert named[2:] == [["rows"], ["rows"]], named
+
+
+class _Slotted:
+    __slots__ = ("buf", "n")
+
+    def __init__(self):
+        self.buf, self.n = bytearray(4096), 0
+
+
+class _Stateful:
+    def __init__(self):
+        self.state = {"rows": bytearray(4096), "step": 0}
+
+
+def test_a_buffer_is_named_in_a_slot_and_in_a_dict_attribute():
+    from tb_leak_plugin.capture import online
+
+    slotted, stateful = _Slotted(), _Stateful()
+    assert online._attribute_hops(slotted, slotted.buf) == [{"kind": "attribute", "owner": "_Slotted", "name": "buf"}]
+    assert online._attribute_hops(stateful, stateful.state["rows"]) == [
+        {"kind": "attribute", "owner": "_Stateful", "name": "state"},
+        {"kind": "key", "name": "rows", "key_type": "str"}]
+
+
+class _HashCounter(str):
+    calls = 0
+
+    def __hash__(self):
+        type(self).calls += 1
+        return str.__hash__(self)
+
+
+def test_the_buffer_scan_keeps_no_key_of_the_program_and_runs_none_of_its_code():
+    """A global whose name is a str subclass with its own __hash__: the scan
+    neither calls it nor keeps the key alive (such a global is not read);
+    over 2,000 of the program's instances the globals are still read."""
+    import gc
+    import weakref
+
+    from tb_leak_plugin.capture import online, probes
+
+    module = sys.modules[__name__]
+    key = _HashCounter("hostile_global_buffer")
+    module.__dict__[key] = bytearray(128 * 1024)
+    module.__dict__["plain_global_buffer"] = bytearray(128 * 1024)
+    crowd = [_Stateful() for _ in range(2_500)]
+    _HashCounter.calls = 0  # (storing it hashed it)
+    try:
+        census = probes.collect_objects()
+        found = online._buffers(None, census)
+        census.release()
+        history = online._note_sizes({}, [(k, s) for k, s, _t, _b in found])
+        found = None
+        assert _HashCounter.calls == 0
+        assert any(k[0] == "global" and k[2] == b"plain_global_buffer" for k in history)
+        assert not any(k[0] == "global" and k[2] == b"hostile_global_buffer" for k in history)
+        assert all(type(part) in (str, bytes, int, type(None)) for k in history for part in k), list(history)[:3]
+        ref = weakref.ref(key)
+    finally:
+        del module.__dict__[key], module.__dict__["plain_global_buffer"]
+        crowd = None
+    del key
+    gc.collect()
+    assert ref() is None

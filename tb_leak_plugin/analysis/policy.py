@@ -269,12 +269,21 @@ class WatchPolicy:
     # modules (a parser's bytearray extended by every chunk received, a memory
     # bank an attribute re-binds to ``tf.concat((bank, batch))``): read at every
     # walk (no frame is touched), from the instances of the program's own classes
-    # when they are at most this many (a class with more instances is a leak of
-    # its own count, traced as such; a walk is not made dearer by them), each
-    # buffer of at least buffer_min_bytes noted (smaller ones cannot hold half of
-    # a material growth).
+    # (a class with more than this many is a leak of its own count, traced as
+    # such, and at most this many instances in all are read: a walk is not made
+    # dearer by them), looking at most at max_buffer_values values per walk
+    # (about 10 ms), each buffer of at least buffer_min_bytes noted (a buffer
+    # named holds half of a material growth, at least half of
+    # Policy.bytes_floor: noted from half that on, its growth is seen; a
+    # model's thousands of small weight arrays are not), at most
+    # max_buffers of them. An attribute or global is named
+    # only when it grew at each of the last two walks and by half the growth
+    # since first seen: an attribute re-bound to a new sample of the same size
+    # is not a holder, nor is a dataset loaded once.
     max_buffer_owners: int = 2_000
-    buffer_min_bytes: int = 1024
+    max_buffer_values: int = 100_000
+    max_buffers: int = 1_000
+    buffer_min_bytes: int = 64 * 1024
     # The trace caps above are seconds of the monitor's own work, as its allowance
     # is: on a machine where other processes take the cores, a trace's search
     # takes more wall time for the same levels (a cap in wall seconds found

@@ -236,8 +236,8 @@ class LeakWatch:
         # key -> bytes of the buffers in those locals and in the program's
         # objects (see _buffers) at the walk before, and at this one; and this
         # walk's buffers themselves (dropped when the walk ends).
-        self._local_arrays: dict = {}
-        self._local_arrays_now: dict = {}
+        self._buffer_history: dict = {}  # key -> (first, last, growths in a row) (see _note_sizes)
+        self._chosen: list = []          # indices of the buffers a culprit is traced through
         self._walk_sizes: list = []    # [(key, bytes)] of this walk's buffers
         self._walk_buffers: list = []  # ... what a trace starts from (a buffer, or its object)
         self._walk_held: list = []     # ... and an object's buffer (None for the others)
@@ -321,7 +321,6 @@ class LeakWatch:
         try:
             self._walks += 1
             self._read_buffers(census)
-            self._local_arrays, self._local_arrays_now = self._local_arrays_now, dict(self._walk_sizes)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
             self._mark(step, census)
@@ -682,13 +681,10 @@ class LeakWatch:
             # Arrays a running function's local holds (see _growth_holding_arrays):
             # their paths end in that local, which is marked as holding arrays.
             arrays = kind is None and culprit.kind in ("series", "tensors") and bool(instances)
-            held = {}
+            chosen = self._chosen if arrays else []
             if arrays:
                 # A buffer an object holds is traced from the object (see _buffers).
-                where = {id(target): index for index, target in enumerate(self._walk_buffers)}
-                held = {id(target): self._walk_held[where[id(target)]] for target in instances
-                        if id(target) in where}
-                first = held.get(id(instances[0])) if held else None
+                first = self._walk_held[chosen[0]] if chosen else None
                 arrays = _name_of(type(first if first is not None else instances[0]))
             mark = self._marks.get(id(kind)) if kind is not None else None
             if mark is not None and mark[2] == type_name(kind) and mark[0] < step:
@@ -710,9 +706,11 @@ class LeakWatch:
             sample = _spread(fresh[: len(fresh) - len(fresh) // 10] if len(fresh) >= 10 else fresh, WATCH.trace_sample)
             new = len(fresh)
             fresh = None
-            suffixes = [_attribute_hops(target, held[id(target)]) if held.get(id(target)) is not None else None
-                        for target in sample] if held else None
-            held = None
+            # (Buffers are at most three: the sample is all of them, in order.)
+            suffixes = [_attribute_hops(self._walk_buffers[index], self._walk_held[index])
+                        if self._walk_held[index] is not None else None for index in chosen] \
+                if chosen and len(chosen) == len(sample) else None
+            chosen = None
             result = referrers.trace(sample, time_cap_s=self._trace_cap(), suffixes=suffixes,
                                      exclude=_census_lists(census) + [sample, self._walk_buffers],
                                      local_hops=census.local_hops,
@@ -754,21 +752,32 @@ class LeakWatch:
         # the first time, as what they grow from: before this walk listed
         # the objects no frame had a snapshot its list could hold).
         self.wants_locals = memory is not None and not self._held_by and not census.final
-        if self.wants_locals and census.local_hops is None and not self._local_arrays_now:
-            self._read_buffers(census, True)
-            self._local_arrays_now = dict(self._walk_sizes)
+        if self.wants_locals and census.local_hops is None \
+                and not any(key[0] == "local" for key in self._buffer_history):
+            self._read_locals_now()
         self._tell(report)
 
-    def _read_buffers(self, census, read_locals: bool = False) -> None:
+    def _read_buffers(self, census) -> None:
         """Note this walk's buffers (see _buffers), their keys and sizes apart
-        from them (a trace must find no tuple of ours on their paths); their
-        cost is the traces'."""
+        from them (a trace must find no tuple of ours on their paths), and
+        their history; their cost is the traces'."""
         started = time.perf_counter()
-        found = _buffers(referrers.running_locals() if read_locals else census.local_hops, census)
+        found = _buffers(census.local_hops, census)
         self._walk_sizes = [(key, size) for key, size, _target, _buffer in found]
         self._walk_buffers = [target for _key, _size, target, _buffer in found]
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
         found = None
+        self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes)
+        self.trace_seconds += time.perf_counter() - started
+
+    def _read_locals_now(self) -> None:
+        """The running functions' local buffers, read for the first time at
+        this walk (their first reading: what they grow from)."""
+        started = time.perf_counter()
+        found = _buffers(referrers.running_locals())
+        sizes = [(key, size) for key, size, _target, _buffer in found]
+        found = None
+        self._buffer_history.update(_note_sizes({}, sizes))
         self.trace_seconds += time.perf_counter() - started
 
     def _fresh_objects(self, census):
@@ -793,10 +802,12 @@ class LeakWatch:
         tf.function is traced itself (who holds the function holds its traces);
         numpy bytes and memory, through a running function's local array that
         holds most of their growth (see _growth_holding_arrays)."""
-        if (culprit.kind == "tensors" and "numpy_bytes" in culprit.name) or \
+        if (culprit.kind == "tensors" and culprit.unit == "bytes") or \
                 (culprit.kind == "series" and culprit.unit == "bytes"):
-            return None, [self._walk_buffers[i] for i in
-                          _growth_holding_arrays(culprit, report, self._walk_sizes, self._local_arrays)]
+            self._chosen = _growth_holding_arrays(culprit, report, self._walk_sizes, self._buffer_history)
+            if self._chosen or "eager" not in culprit.name:
+                return None, [self._walk_buffers[index] for index in self._chosen]
+            # Live tensors' bytes that no one buffer holds: traced by type.
         if culprit.kind == "retracing":
             # The named tf.function; for the eager context's library growing,
             # the tf.functions traced most often.
@@ -1032,23 +1043,34 @@ def _item_kind(container) -> str | None:
         return None
 
 
-def _buffer_size(value, eager=None) -> int:
-    """The bytes of one buffer-like object (an array, a tensor, a bytearray,
-    bytes, a string), by its exact type (a subclass's methods never run); 0
-    for anything else."""
-    kind = type(value)
-    try:
-        if kind is bytearray or kind is bytes:
-            return len(value)
-        if kind is str:
-            return str.__len__(value)
-        if kind is getattr(sys.modules.get("numpy"), "ndarray", None):
-            return int(value.nbytes)
-        if eager is not None and kind is eager:
+class _BufferKinds:
+    """The buffer types of one walk (an array, a tensor, a bytearray, bytes,
+    a string), looked up once, matched by id: ``type(x) in kinds`` would
+    hash the type, and a metaclass's ``__hash__`` is the program's code."""
+
+    def __init__(self):
+        numpy = sys.modules.get("numpy")
+        self.ndarray = getattr(numpy, "ndarray", None) if numpy is not None else None
+        self.eager = _eager_type()
+        self.ids = frozenset(id(kind) for kind in (bytearray, bytes, str, self.ndarray, self.eager)
+                             if kind is not None)
+
+    def size(self, value) -> int:
+        """The bytes of one buffer (by its exact type: a subclass's methods
+        never run); 0 for anything else."""
+        kind = type(value)
+        if id(kind) not in self.ids:
+            return 0
+        try:
+            if kind is bytearray or kind is bytes:
+                return len(value)
+            if kind is str:
+                return str.__len__(value)
+            if kind is self.ndarray:
+                return int(value.nbytes)
             return int(value._num_elements()) * int(value.dtype.size)
-    except Exception:
-        return 0
-    return 0
+        except Exception:
+            return 0
 
 
 def _eager_type():
@@ -1100,88 +1122,182 @@ def _own_kinds(census) -> frozenset:
     return frozenset(kinds)
 
 
+def _name_key(name):
+    """A dict key as part of a buffer's key: a copy of a string's text (the
+    program's key object is neither kept nor hashed), else None."""
+    return name.encode("utf-8", "surrogatepass") if type(name) is str else None
+
+
 def _buffers(local_hops, census=None) -> list:
-    """``(key, bytes, target, buffer)`` of the buffers a leak may grow in:
-    the running functions' locals and the globals of the program's own
-    modules (``target`` is the buffer, ``buffer`` None), and the attributes
-    of the program's own objects (keyed by the object, with the bytes of all
-    its buffers; ``target`` is the object, ``buffer`` its largest); each
-    of at least WATCH.buffer_min_bytes."""
-    eager = _eager_type()
+    """``(key, bytes, target, buffer)`` of the buffers a leak may grow in, of
+    at least WATCH.buffer_min_bytes each: the running functions' locals and
+    the globals of the program's own modules (``target`` is the buffer,
+    ``buffer`` None), and each attribute of the program's own objects (or an
+    entry of a small dict one holds), keyed by the object and the attribute
+    (``target`` is the object, ``buffer`` the attribute's value). At most
+    WATCH.max_buffer_values values are looked at per walk."""
+    kinds = _BufferKinds()
+    floor = WATCH.buffer_min_bytes
     out = []
     for hop, value in local_hops or ():
-        size = _buffer_size(value, eager)
-        if size >= WATCH.buffer_min_bytes:
-            out.append(((hop.get("where"), hop.get("owner"), hop.get("name")), size, value, None))
+        size = kinds.size(value)
+        if size >= floor:
+            out.append((("local", hop.get("where"), hop.get("owner"), hop.get("name")), size, value, None))
     if census is None:
         return out
-    owners = census.where_type_in(_own_kinds(census))
-    if len(owners) > WATCH.max_buffer_owners:
-        return out
-    for owner in owners:
-        total, largest, biggest = 0, 0, None
-        for value in gc.get_referents(owner):
-            # Its attributes: in its __dict__ (a small dict, not a mapping the
-            # object keeps as an attribute), or listed directly.
-            values = dict.values(value) if type(value) is dict and dict.__len__(value) <= 256 else (value,)
-            for item in values:
-                size = _buffer_size(item, eager)
-                if size >= WATCH.buffer_min_bytes:
-                    total += size
-                    if size > largest:
-                        largest, biggest = size, item
-        if biggest is not None:
-            # The object, not its buffer, is what a trace climbs from: an
-            # instance's __dict__ that holds only untracked values (a
-            # bytearray, numbers) is untracked itself once it exists, and
-            # no pass of the heap finds it as the buffer's holder.
-            out.append((("object", id(owner)), total, owner, biggest))
-    owners = None
+    budget = WATCH.max_buffer_values
     seen = set()
     for name, module in referrers.modules():
-        if not _program_module(name):
+        if budget <= 0 or not _program_module(name):
             continue
         namespace = referrers.module_namespace(module)
         if type(namespace) is not dict or id(namespace) in seen:
             continue
         seen.add(id(namespace))
-        for key, value in list(dict.items(namespace)):
-            size = _buffer_size(value, eager)
-            if size >= WATCH.buffer_min_bytes:
-                out.append((("global", name, key), size, value, None))
+        items = list(itertools.islice(dict.items(namespace), budget))
+        budget -= len(items)
+        for key, value in items:
+            size = kinds.size(value)
+            if size >= floor and type(key) is str:
+                out.append((("global", name, _name_key(key)), size, value, None))
+        items = None
+    owners = census.where_type_in(_own_kinds(census))
+    for owner in itertools.islice(owners, WATCH.max_buffer_owners):
+        if budget <= 0:
+            break
+        try:
+            referents = gc.get_referents(owner)
+            budget -= len(referents)
+            if not any(_holds_buffer(value, kinds, floor) for value in referents):
+                continue
+            referents = None
+            for names, size, buffer in _named_buffers(owner, kinds, floor):
+                out.append((("object", id(owner)) + names, size, owner, buffer))
+            if len(out) >= WATCH.max_buffers:
+                break
+        except Exception:
+            continue
+        finally:
+            referents = None
+    owners = None
+    return out
+
+
+def _holds_buffer(value, kinds, floor, depth: int = 2) -> bool:
+    """Whether ``value`` is a buffer of at least ``floor`` bytes, or a small
+    dict (an instance's __dict__, a dict attribute in it) holds one, at most
+    ``depth`` dicts down (copied first: another thread may change them)."""
+    if kinds.size(value) >= floor:
+        return True
+    if depth and type(value) is dict and dict.__len__(value) <= 256:
+        return any(_holds_buffer(item, kinds, floor, depth - 1) for item in list(dict.values(value)))
+    return False
+
+
+def _named_buffers(owner, kinds, floor) -> list:
+    """``(names, bytes, buffer)`` of the buffers an object holds: by
+    attribute (its __dict__, read through the type's descriptor, which makes
+    it exist if it did not: then the names are the same at every walk), by
+    attribute and key in a small dict attribute, or by slot."""
+    out = []
+    namespace = referrers._instance_dict(owner)
+    for name, value in list(dict.items(namespace)) if namespace is not None else ():
+        key = _name_key(name)
+        if key is None:
+            continue
+        size = kinds.size(value)
+        if size >= floor:
+            out.append(((key,), size, value))
+        elif type(value) is dict and dict.__len__(value) <= 256:
+            for entry, item in list(dict.items(value)):
+                size = kinds.size(item)
+                if size >= floor and _name_key(entry) is not None:
+                    out.append(((key, _name_key(entry)), size, item))
+    mro = referrers._type_attr(type(owner), "__mro__")
+    for kind in mro if type(mro) is tuple else ():
+        members = referrers._type_attr(kind, "__dict__")
+        try:
+            slots = [d for d in itertools.islice(members.values(), 4096)
+                     if type(d) is types.MemberDescriptorType] if members is not None else []
+        except Exception:
+            continue
+        for member in slots:
+            try:
+                value = member.__get__(owner, type(owner))
+                size = kinds.size(value)
+                if size >= floor:
+                    out.append(((_name_key(member.__name__),), size, value))
+            except Exception:
+                continue
+    return out
+
+
+def _note_sizes(history: dict, sizes: list) -> dict:
+    """Each buffer's (first, last, growths in a row) across walks, from its
+    sizes at this walk; buffers not seen at this walk are forgotten."""
+    out = {}
+    for key, size in sizes:
+        old = history.get(key)
+        out[key] = (size, size, 0) if old is None else (old[0], size, old[2] + 1 if size > old[1] else 0)
     return out
 
 
 def _attribute_hops(owner, buffer) -> list:
-    """The hop from ``owner`` to the ``buffer`` in one of its attributes."""
+    """The hops from ``owner`` to the ``buffer`` it holds: an attribute (in
+    its __dict__ or a slot), or an entry of a dict in one of its attributes."""
     namespace = referrers._instance_dict(owner)
-    name = "?"
-    if namespace is not None:
-        for key, value in list(dict.items(namespace)):
-            if value is buffer and type(key) is str:
-                name = key
-                break
-    return [{"kind": "attribute", "owner": _name_of(type(owner)), "name": referrers.bound(name)}]
+    label = _name_of(type(owner))
+    items = list(dict.items(namespace)) if namespace is not None else []
+    for key, value in items:
+        if value is buffer and type(key) is str:
+            return [{"kind": "attribute", "owner": label, "name": referrers.bound(key)}]
+    for key, value in items:
+        if type(value) is dict and type(key) is str and dict.__len__(value) <= 256:
+            for entry, item in list(dict.items(value)):
+                if item is buffer:
+                    text = referrers.bound(entry if type(entry) is str else type(entry).__name__)
+                    return [{"kind": "attribute", "owner": label, "name": referrers.bound(key)},
+                            {"kind": "key", "name": text, "key_type": "str" if type(entry) is str else "other"}]
+    mro = referrers._type_attr(type(owner), "__mro__")
+    for kind in mro if type(mro) is tuple else ():
+        members = referrers._type_attr(kind, "__dict__")
+        try:
+            slots = [d for d in itertools.islice(members.values(), 4096)
+                     if type(d) is types.MemberDescriptorType] if members is not None else []
+        except Exception:
+            continue
+        for member in slots:
+            try:
+                if member.__get__(owner, type(owner)) is buffer:
+                    return [{"kind": "attribute", "owner": label, "name": referrers.bound(member.__name__)}]
+            except Exception:
+                continue
+    return [{"kind": "object", "owner": label}]
 
 
-def _growth_holding_arrays(culprit, report, sizes: list, before: dict) -> list:
-    """The buffers (see _buffers) that grew since the walk before (by the
-    variable's name or the object that holds them: a loop re-binds a local
-    or an attribute to a new, bigger array each step, a parser extends its
-    bytearray) and each hold at least half of the growth of the culprit's
-    series (numpy bytes, or memory) over its current segment (at most
-    three): one array a loop re-binds to a bigger one each step
-    (`preds = np.concatenate((preds, logits))`) is held by nothing the
-    collector lists, so no growing container names it. A dataset loaded once
-    does not grow, and a step's own batch holds a sliver of the growth:
-    neither is traced as the holder. Returns their indices in ``sizes``."""
+def _growth_holding_arrays(culprit, report, sizes: list, history: dict) -> list:
+    """The buffers (see _buffers) that hold at least half of the growth of
+    the culprit's series (numpy bytes, or memory) over its current segment
+    and grew: a running function's local since the walk before (a loop
+    re-binds it to a new, bigger array each step: it is held by nothing the
+    collector lists, so no growing container names it), an object's
+    attribute or a global at each of the last two walks and by that much
+    since it was first seen (a parser extends its bytearray; an attribute
+    re-bound to a new sample of the same size, or a dataset loaded once,
+    never is). At most three; returns their indices in ``sizes``."""
     series = next((r for r in (report.series if report is not None else ())
                    if r.tag == culprit.name and r.trend is not None), None)
-    if series is None or not series.trend.total_growth > 0 or not before:
+    if series is None or not series.trend.total_growth > 0:
         return []
     bar = WATCH.local_array_growth_share * float(series.trend.total_growth)
-    grown = [(size, index) for index, (key, size) in enumerate(sizes)
-             if size >= bar and size > before.get(key, math.inf)]
+    grown = []
+    for index, (key, size) in enumerate(sizes):
+        entry = history.get(key)
+        if entry is None or size < bar:
+            continue
+        first, _last, streak = entry
+        if key[0] == "local" and streak >= 1 or key[0] != "local" and streak >= 2 and size - first >= bar:
+            grown.append((size, index))
     grown.sort(key=lambda item: -item[0])
     return [index for _size, index in grown[:WATCH.local_arrays_traced]]
 
