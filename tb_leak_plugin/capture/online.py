@@ -238,6 +238,7 @@ class LeakWatch:
         # walk's buffers themselves (dropped when the walk ends).
         self._buffer_history: dict = {}  # key -> (first, last, growths in a row) (see _note_sizes)
         self._chosen: list = []          # indices of the buffers a culprit is traced through
+        self._own = frozenset()          # the program's own classes in the census announced
         self._walk_sizes: list = []    # [(key, bytes)] of this walk's buffers
         self._walk_buffers: list = []  # ... what a trace starts from (a buffer, or its object)
         self._walk_held: list = []     # ... and an object's buffer (None for the others)
@@ -265,7 +266,8 @@ class LeakWatch:
         census.want(*kinds)
         census.want_group(_CONTAINER_SET)
         census.want_group(_CELL_GROUP)
-        census.want_group(_own_kinds(census))
+        self._own = _own_kinds(census)
+        census.want_group(self._own)
         self._subclasses = _container_subclasses(census)
         if self._subclasses:
             census.want_group(self._subclasses)
@@ -366,6 +368,7 @@ class LeakWatch:
         finally:
             self._fresh = None  # never holds the program's objects past the walk
             self._walk_sizes, self._walk_buffers, self._walk_held = [], [], []
+            self._own = frozenset()  # (classes of the program: not kept past the walk)
         return time.perf_counter() - started
 
     def bring_report_up_to_date(self) -> None:
@@ -762,7 +765,7 @@ class LeakWatch:
         from them (a trace must find no tuple of ours on their paths), and
         their history; their cost is the traces'."""
         started = time.perf_counter()
-        found = _buffers(census.local_hops, census)
+        found = _buffers(census.local_hops, census, self._own or None)
         self._walk_sizes = [(key, size) for key, size, _target, _buffer in found]
         self._walk_buffers = [target for _key, _size, target, _buffer in found]
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
@@ -1128,7 +1131,7 @@ def _name_key(name):
     return name.encode("utf-8", "surrogatepass") if type(name) is str else None
 
 
-def _buffers(local_hops, census=None) -> list:
+def _buffers(local_hops, census=None, own=None) -> list:
     """``(key, bytes, target, buffer)`` of the buffers a leak may grow in, of
     at least WATCH.buffer_min_bytes each: the running functions' locals and
     the globals of the program's own modules (``target`` is the buffer,
@@ -1161,7 +1164,7 @@ def _buffers(local_hops, census=None) -> list:
             if size >= floor and type(key) is str:
                 out.append((("global", name, _name_key(key)), size, value, None))
         items = None
-    owners = census.where_type_in(_own_kinds(census))
+    owners = census.where_type_in(own if own is not None else _own_kinds(census))
     for owner in itertools.islice(owners, WATCH.max_buffer_owners):
         if budget <= 0:
             break
