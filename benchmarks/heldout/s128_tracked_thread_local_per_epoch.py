@@ -26,8 +26,12 @@ with plain SGD, 300 batches an epoch. The fixed twin's pool keeps a
 ``WeakKeyDictionary`` keyed by ``threading.current_thread()``.
 
 Checked without tb-leak (psutil RSS, gc objects; fresh process, Python
-3.11, numpy 2.4; a do-nothing ``monitor.sample``): see the figures at
-the end of this docstring.
+3.11, numpy 2.4; a do-nothing ``monitor.sample``): leaky 56.8 / 77.0 /
+137.0 MiB RSS at 20 % / 40 % / end (0.5 MiB an epoch, in steps as each
+new pool's four 128 KiB buffers are kept) with gc objects flat (24,803:
+numpy arrays in one list, which the collector does not count); fixed
+37.6 / 37.9 / 38.0 MiB, objects flat (24,813); ~0.25 ms a step (16.1 s
+leaky, 15.1 s fixed for 60,000 steps).
 """
 import os
 import threading
