@@ -763,7 +763,8 @@ class LeakWatch:
     def _read_buffers(self, census) -> None:
         """Note this walk's buffers (see _buffers), their keys and sizes apart
         from them (a trace must find no tuple of ours on their paths), and
-        their history; their cost is the traces'."""
+        their history. Read at every walk, like the census: their cost is the
+        walk's (the watch's share of the walks' cost is not spent on them)."""
         started = time.perf_counter()
         found = _buffers(census.local_hops, census, self._own or None)
         self._walk_sizes = [(key, size) for key, size, _target, _buffer in found]
@@ -771,7 +772,7 @@ class LeakWatch:
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
         found = None
         self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes)
-        self.trace_seconds += time.perf_counter() - started
+        self._walk_seconds += time.perf_counter() - started
 
     def _read_locals_now(self) -> None:
         """The running functions' local buffers, read for the first time at
