@@ -238,7 +238,7 @@ class LeakWatch:
         # walk's buffers themselves (dropped when the walk ends).
         self._buffer_history: dict = {}  # key -> (first, last, growths in a row) (see _note_sizes)
         self._chosen: list = []          # indices of the buffers a culprit is traced through
-        self._own = frozenset()          # the program's own classes in the census announced
+        self._own = None                 # the program's own classes in the census announced
         self._walk_sizes: list = []    # [(key, bytes)] of this walk's buffers
         self._walk_buffers: list = []  # ... what a trace starts from (a buffer, or its object)
         self._walk_held: list = []     # ... and an object's buffer (None for the others)
@@ -368,7 +368,7 @@ class LeakWatch:
         finally:
             self._fresh = None  # never holds the program's objects past the walk
             self._walk_sizes, self._walk_buffers, self._walk_held = [], [], []
-            self._own = frozenset()  # (classes of the program: not kept past the walk)
+            self._own = None  # (classes of the program: not kept past the walk)
         return time.perf_counter() - started
 
     def bring_report_up_to_date(self) -> None:
@@ -766,7 +766,7 @@ class LeakWatch:
         their history. Read at every walk, like the census: their cost is the
         walk's (the watch's share of the walks' cost is not spent on them)."""
         started = time.perf_counter()
-        found = _buffers(census.local_hops, census, self._own or None)
+        found = _buffers(census.local_hops, census, self._own)
         self._walk_sizes = [(key, size) for key, size, _target, _buffer in found]
         self._walk_buffers = [target for _key, _size, target, _buffer in found]
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
@@ -1083,8 +1083,9 @@ def _eager_type():
     return kind if isinstance(kind, type) else None
 
 
-_INSTALLED = tuple(os.path.normcase(os.path.realpath(path)) + os.sep for path in {
-    *(sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib"))} if path)
+_INSTALLED = tuple({os.path.normcase(form(path)) + os.sep for path in
+                    (sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+                    if path for form in (os.path.realpath, os.path.abspath)})
 _program_modules: dict = {}
 
 
@@ -1105,12 +1106,30 @@ def _program_module(name) -> bool:
         namespace = referrers.module_namespace(sys.modules.get(name))
         path = dict.get(namespace, "__file__") if type(namespace) is dict else None
         if type(path) is str:
-            path = os.path.normcase(os.path.realpath(path))
+            # (Not resolved: a stat per part of thousands of paths at the first
+            # walk; the installation's paths are listed both ways instead.)
+            path = os.path.normcase(os.path.abspath(path))
             own = not path.startswith(_INSTALLED) and os.sep + "site-packages" + os.sep not in path \
                 and os.sep + "dist-packages" + os.sep not in path
     if len(_program_modules) < 100_000:
         _program_modules[name] = own
     return own
+
+
+_program_names_cache: tuple = (-1, ())
+
+
+def _program_module_names() -> tuple:
+    """The names of the program's own modules in sys.modules, recomputed only
+    when the number of modules changes (read with dict's own methods, no
+    tuple per module: at a heap walk, thousands of new objects would set off
+    a collection that goes through the census's list of every object)."""
+    global _program_names_cache
+    modules = sys.modules
+    if _program_names_cache[0] != len(modules):
+        names = tuple(name for name in list(dict.keys(modules)) if _program_module(name))
+        _program_names_cache = (len(modules), names)
+    return _program_names_cache[1]
 
 
 def _own_kinds(census) -> frozenset:
@@ -1151,10 +1170,9 @@ def _buffers(local_hops, census=None, own=None) -> list:
         return out
     budget = WATCH.max_buffer_values
     seen = set()
-    for name, module in referrers.modules():
-        if budget <= 0 or not _program_module(name):
-            continue
-        namespace = referrers.module_namespace(module)
+    modules = sys.modules
+    for name in _program_module_names():
+        namespace = referrers.module_namespace(dict.get(modules, name)) if budget > 0 else None
         if type(namespace) is not dict or id(namespace) in seen:
             continue
         seen.add(id(namespace))
