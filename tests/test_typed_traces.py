@@ -541,3 +541,31 @@ def test_a_signal_handler_whose_hash_is_hostile_is_read_without_running_it():
         _signal.signal(signal.SIGUSR2, previous)
     assert not calls
     assert result.held_by[0].path[0] == "interpreter registry `signal handler of SIGUSR2`", result.held_by[0].path
+
+
+def test_a_memory_leak_with_no_holder_borrows_the_trace_of_what_grew_while_it_grew():
+    """A memory series that leaks at the end, with no holder of its own, is
+    told the holder of a culprit the watch traced while the run trained
+    within the series' current stretch of growth (a list of tensors a local
+    kept, let go when the function returned); never one traced before it."""
+    import types
+
+    from tb_leak_plugin.analysis import holders
+    from tb_leak_plugin.analysis.results import Culprit
+
+    def memory():
+        return Culprit(kind="series", name="leak/process/malloc_bytes", growth_per_step=75e3, unit="bytes",
+                       evidence="grows", confidence=0.9, details={"tag": "leak/process/malloc_bytes"})
+
+    entry = {"kind": "tensors", "name": "leak/tensors/eager_count", "step": 1197, "live": 9,
+             "held_by": [{"path": ["_train() local `layer`", "BayesDense.kl_terms", "TrackedList"],
+                          "instances": 9}]}
+    reports = {"leak/process/malloc_bytes": types.SimpleNamespace(trend=types.SimpleNamespace(onset_step=987))}
+    culprit = memory()
+    holders.lend_earlier([culprit], [entry], reports)
+    assert culprit.details["held_by"][0]["path"][-2] == "BayesDense.kl_terms"
+    assert "traced while it trained through tensors leak/tensors/eager_count at step 1197" in culprit.evidence
+    # Traced before the memory's current growth began: not its holder.
+    early = memory()
+    holders.lend_earlier([early], [{**entry, "step": 500}], reports)
+    assert "held_by" not in early.details

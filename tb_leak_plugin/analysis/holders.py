@@ -260,6 +260,31 @@ def traced_earlier(traces: dict[str, dict], given: set) -> list[dict]:
     return out[:MAX_PATHS]
 
 
+def lend_earlier(culprits: list, earlier: list[dict], reports_by_tag: dict) -> None:
+    """A memory series that leaks with no holder of its own gets the holder
+    of a culprit the leak watch traced while the run trained, within the
+    series' current stretch of growth (traced at or after its segment
+    began): what grew while that memory grew, and who held it (a list of
+    tensors a training function's local kept, let go when it returned, so
+    that at the end only memory still shows the leak). Said as such in the
+    evidence, never as the series' own trace; a verdict never changes."""
+    for culprit in culprits:
+        details = culprit.details if isinstance(culprit.details, dict) else {}
+        if culprit.kind != "series" or culprit.unit != "bytes" or details.get("held_by"):
+            continue
+        report = reports_by_tag.get(culprit.name)
+        trend = getattr(report, "trend", None)
+        start = getattr(trend, "onset_step", None)
+        for entry in earlier:  # newest first
+            step = entry.get("step")
+            if isinstance(step, int) and (start is None or step >= start):
+                culprit.details = {**details, "held_by": entry["held_by"],
+                                   "held_by_via": f"{entry['kind']} {entry['name']}"}
+                culprit.evidence = (f"{culprit.evidence}; traced while it trained through "
+                                    f"{entry['kind']} {entry['name']} at step {step}")
+                break
+
+
 _CONTAINER_NAMES = frozenset(("list", "tuple", "set", "frozenset", "deque", "OrderedDict", "defaultdict", "dict"))
 
 

@@ -393,6 +393,8 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         # alone (a list of floats kept per step) it is not a leak of memory.
         culprits = sorted(culprits + containers + creations + let_go, key=_culprit_rank)
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
+    if verdict == "leak" and earlier:
+        holders.lend_earlier(culprits, earlier, {r.tag: r for r in reports})
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
     retained = holders.retained_containers(culprits) if verdict == "leak" else []
