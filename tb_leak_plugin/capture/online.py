@@ -1235,6 +1235,17 @@ def _named_buffers(owner, kinds, floor) -> list:
                 size = kinds.size(item)
                 if size >= floor and _name_key(entry) is not None:
                     out.append(((key, _name_key(entry)), size, item))
+    for name, value in _slot_values(owner):
+        size = kinds.size(value)
+        if size >= floor:
+            out.append(((_name_key(name),), size, value))
+    return out
+
+
+def _slot_values(owner) -> list:
+    """``(name, value)`` of an object's slots, read through its classes'
+    member descriptors (C getters: none of the program's code runs)."""
+    out = []
     mro = referrers._type_attr(type(owner), "__mro__")
     for kind in mro if type(mro) is tuple else ():
         members = referrers._type_attr(kind, "__dict__")
@@ -1245,10 +1256,7 @@ def _named_buffers(owner, kinds, floor) -> list:
             continue
         for member in slots:
             try:
-                value = member.__get__(owner, type(owner))
-                size = kinds.size(value)
-                if size >= floor:
-                    out.append(((_name_key(member.__name__),), size, value))
+                out.append((str(member.__name__), member.__get__(owner, type(owner))))
             except Exception:
                 continue
     return out
@@ -1280,20 +1288,9 @@ def _attribute_hops(owner, buffer) -> list:
                     text = referrers.bound(entry if type(entry) is str else type(entry).__name__)
                     return [{"kind": "attribute", "owner": label, "name": referrers.bound(key)},
                             {"kind": "key", "name": text, "key_type": "str" if type(entry) is str else "other"}]
-    mro = referrers._type_attr(type(owner), "__mro__")
-    for kind in mro if type(mro) is tuple else ():
-        members = referrers._type_attr(kind, "__dict__")
-        try:
-            slots = [d for d in itertools.islice(members.values(), 4096)
-                     if type(d) is types.MemberDescriptorType] if members is not None else []
-        except Exception:
-            continue
-        for member in slots:
-            try:
-                if member.__get__(owner, type(owner)) is buffer:
-                    return [{"kind": "attribute", "owner": label, "name": referrers.bound(member.__name__)}]
-            except Exception:
-                continue
+    for name, value in _slot_values(owner):
+        if value is buffer:
+            return [{"kind": "attribute", "owner": label, "name": referrers.bound(name)}]
     return [{"kind": "object", "owner": label}]
 
 
