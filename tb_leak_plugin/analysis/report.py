@@ -393,8 +393,6 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
         # alone (a list of floats kept per step) it is not a leak of memory.
         culprits = sorted(culprits + containers + creations + let_go, key=_culprit_rank)
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
-    if verdict == "leak" and earlier:
-        holders.lend_earlier(culprits, earlier, {r.tag: r for r in reports})
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
     retained = holders.retained_containers(culprits) if verdict == "leak" else []
@@ -414,6 +412,10 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     # types it is made of (its Operations, its traced functions) come after.
     culprits.sort(key=lambda c: (-round(c.confidence * 20) / 20,
                                  not ((c.details or {}).get("held_by") or c.kind in _MECHANISM_KINDS)))
+    if verdict == "leak" and earlier:
+        # After the ranking: a holder lent from a trace made while the run
+        # trained explains a memory culprit; it does not move it up.
+        holders.lend_earlier(culprits, earlier, {r.tag: r for r in reports})
     known = library_leaks.label(culprits)
     primary = _primary_memory_series(by_role.get(ROLE_MEMORY, []), verdict)
     hints = list({c.hint: hints_lib.HINTS[c.hint] for c in culprits if c.hint}.values())
