@@ -601,8 +601,10 @@ def _graph_culprit(report) -> Culprit:
             details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
         )
     what = {"ops": "operations", "functions": "functions", "graphs": "graphs"}.get(report.measure, report.measure)
+    # A count of the graphs themselves is named as such, not "graphs in graphs".
+    name = "tf.Graph objects the program holds" if report.measure == "graphs" else f"{what} in {where}"
     return Culprit(
-        kind="graph", name=f"{what} in {where}", growth_per_step=report.trend.slope_per_step, unit=report.unit,
+        kind="graph", name=name, growth_per_step=report.trend.slope_per_step, unit=report.unit,
         evidence=f"{where} grows by {report.trend.slope_per_step:.3g} {what} a step; {report.trend.reason}",
         confidence=report.trend.confidence, hint="graph_grows",
         details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
@@ -677,8 +679,8 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
     for role, reports in revised.items():
         for report in by_role.get(role, []):
             series = run.series.get(report.tag)
-            if series is not None and role == ROLE_CONTAINERS:
-                series = _with_earlier_points(series)
+            # With the counts seen before it was named, as its verdict was reached.
+            series = _with_earlier_points(series) if series is not None else None
             if report.trend is None or report.verdict == "leak" or series is None \
                     or len(series) <= POLICY.min_samples or not falls_back_at_end(series.steps, series.values):
                 continue

@@ -36,68 +36,9 @@ import numpy as np
 
 from tb_leak_plugin.analysis._stats import ar1, diff_noise, median, regress, robust_sd, t_ppf, t_sf, variance_inflation
 from tb_leak_plugin.analysis.policy import POLICY, Policy
-from tb_leak_plugin.units import format_quantity
+from tb_leak_plugin.analysis.results import TrendResult, clip01, fit_dict, fmt, fmt_range, samples_note, too_few
 
 __all__ = ["TrendResult", "assess_series", "POLICY", "Policy"]
-
-
-@dataclasses.dataclass
-class TrendResult:
-    """The verdict on one series, with its evidence, in the series' unit.
-
-    verdict: "leak", "no_leak" or "inconclusive".
-    confidence: for a leak, 1 - p that growth is at most ``materiality``; for
-      no_leak, 1 - p that it is at least that; for inconclusive, 1 minus the
-      larger of those two (1.0 when there were too few samples).
-    slope_per_step, slope_ci: the current growth per step (the last
-      segment's) and its 95% interval, widened for autocorrelated noise: the
-      hull of the intervals of every reading the verdict had to hold under.
-    materiality: the growth per step the verdict is tested against.
-    p_value: one-sided p that growth is not material (for Benjamini-Hochberg).
-    onset_step: where the current segment starts (leaks only).
-    warmup_end_step: where the current segment starts when earlier segments
-      (warm-up, a fill, a step) were set aside; None if none.
-    total_growth: the current slope over the current segment.
-    decide_steps: for inconclusive, about how many more steps would decide
-      at the current rate and noise (None if not within 64x the run).
-    shape: leak: "growth", "growth_under_resets"; no_leak: "flat", "plateau"
-      (grew earlier, flat now), "step" (a jump, flat since), "resets" (a
-      sawtooth with a flat floor); inconclusive: "unclear", "too_few".
-    """
-
-    verdict: str
-    confidence: float
-    slope_per_step: float
-    slope_ci: tuple
-    slope_per_hour: float | None
-    p_value: float
-    onset_step: int | None
-    warmup_end_step: int | None
-    samples: int
-    noise: float
-    total_growth: float
-    seconds_to_exhaustion: float | None
-    steps_to_exhaustion: float | None
-    fit: dict
-    reason: str
-    unit: str = "bytes"
-    dropped_samples: int = 0
-    shape: str = ""
-    materiality: float = math.nan
-    decide_steps: int | None = None
-    #: The slope's standard error and degrees of freedom (widened for
-    #: autocorrelation): what `analysis.compare` tests a difference with.
-    slope_se: float = math.nan
-    slope_df: float = math.nan
-    #: [slope, se, df] of every reading of the current segment that a clean
-    #: claim must hold under, and of those a growth claim must hold under
-    #: (empty: no growth claim can be made, e.g. a buffer still refilling).
-    readings: list = dataclasses.field(default_factory=list)
-    leak_readings: list = dataclasses.field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        """A JSON-safe dict: non-finite numbers become None, tuples lists."""
-        return _json_safe(dataclasses.asdict(self))
 
 
 @dataclasses.dataclass
@@ -139,11 +80,11 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
         left_out += released
     n = int(y.size)
     need = max(int(min_samples if min_samples is not None else policy.min_samples), 3)
-    note = _samples_note(dropped, left_out)
+    note = samples_note(dropped, left_out)
     if n < need or float(t[-1] - t[0]) <= 0:
-        return _too_few(n, need, unit, dropped, note, w)
+        return too_few(n, need, unit, dropped, note, w)
     if not float(np.max(np.abs(y))) < 1e150:
-        result = _too_few(n, need, unit, dropped, note, w)
+        result = too_few(n, need, unit, dropped, note, w)
         result.reason = f"values up to {float(np.max(np.abs(y))):.3g} {unit} are too large to analyse"
         return result
     tb, yb = _blocks(t, y, policy.max_blocks)
@@ -618,46 +559,46 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
     sps = _steps_per_second(t, w, fit.t_start)
     seg = t[-1] - fit.t_start
     since = f"the last {int(n - np.searchsorted(t, fit.t_start))} of {n} samples since step {int(fit.t_start)}"
-    evidence = (f"{_fmt(b, unit)}/step (95% CI {_fmt_range(lo, hi, unit)}) over {since}"
+    evidence = (f"{fmt(b, unit)}/step (95% CI {fmt_range(lo, hi, unit)}) over {since}"
                 f"{_context(fit, unit)}")
-    bar = f"{_fmt(material, unit)}/step"
-    clean_txt = f"{_fmt(material / policy.clean_horizon, unit)}/step"
+    bar = f"{fmt(material, unit)}/step"
+    clean_txt = f"{fmt(material / policy.clean_horizon, unit)}/step"
     common = dict(slope_per_step=b, slope_ci=(lo, hi), slope_se=se, slope_df=df,
                   readings=[list(r) for r in readings],
                   leak_readings=[] if fit.refill else [list(r) for r in fit.leak_readings or readings],
                   slope_per_hour=b * sps * 3600.0 if sps else None,
                   samples=n, noise=fit.noise, unit=unit, dropped_samples=dropped, materiality=material,
-                  fit=_fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi),
+                  fit=fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi),
                   total_growth=b * seg, seconds_to_exhaustion=None, steps_to_exhaustion=None)
     if p_leak < policy.alpha_leak:
         steps_ex = _exhaustion(unit, available_bytes, b)
         common.update(steps_to_exhaustion=steps_ex,
                       seconds_to_exhaustion=steps_ex / sps if steps_ex is not None and sps else None)
-        return TrendResult(verdict="leak", confidence=_clip01(1.0 - p_leak), p_value=p_leak,
+        return TrendResult(verdict="leak", confidence=clip01(1.0 - p_leak), p_value=p_leak,
                            onset_step=int(fit.t_start), warmup_end_step=None,
                            reason=f"{'floor ' if fit.resets else ''}grows {evidence}; above the {bar} "
                                   f"that is material{note}",
                            shape="growth_under_resets" if fit.resets else "growth", **common)
     warmup = int(fit.t_start) if fit.t_start > t[0] else None
     if p_clean < policy.alpha_clean:
-        return TrendResult(verdict="no_leak", confidence=_clip01(1.0 - p_clean), p_value=max(p_leak, 0.5),
+        return TrendResult(verdict="no_leak", confidence=clip01(1.0 - p_clean), p_value=max(p_leak, 0.5),
                            onset_step=None, warmup_end_step=warmup,
-                           reason=(f"no leak above {clean_txt} (95%): {_fmt(b, unit)}/step, at most "
-                                   f"{_fmt(b + t_ppf(1 - policy.alpha_clean, df) * se, unit)}/step (upper 95% bound) "
+                           reason=(f"no leak above {clean_txt} (95%): {fmt(b, unit)}/step, at most "
+                                   f"{fmt(b + t_ppf(1 - policy.alpha_clean, df) * se, unit)}/step (upper 95% bound) "
                                    f"over {since}{_context(fit, unit)}{note}"), shape=_clean_shape(fit, unit),
                            **common)
     steps_needed = _decide_steps(b, se, df, material, span, policy)
-    more = (f"; about {_count(steps_needed)} more steps would decide at this rate" if steps_needed
+    more = (f"; about {steps_needed:,} more steps would decide at this rate" if steps_needed
             else "")
     if fit.refill:
-        why = (f"grows since a drop of {_fmt(fit.refill, unit)}, not yet past it: a buffer refilling "
+        why = (f"grows since a drop of {fmt(fit.refill, unit)}, not yet past it: a buffer refilling "
                f"or a leak")
     elif b > clean_bar:
         why = f"growth not yet shown above the {bar} that is material (lower bound too low)"
     else:
         why = f"growth not yet bounded under {clean_txt} (upper bound too high)"
     why = f"{why}: {evidence}{more}"
-    return TrendResult(verdict="inconclusive", confidence=_clip01(1.0 - max(1.0 - p_leak, 1.0 - p_clean)),
+    return TrendResult(verdict="inconclusive", confidence=clip01(1.0 - max(1.0 - p_leak, 1.0 - p_clean)),
                        p_value=p_leak, onset_step=None, warmup_end_step=warmup, reason=why + note,
                        shape="unclear", decide_steps=steps_needed, **common)
 
@@ -666,7 +607,7 @@ def _context(fit, unit) -> str:
     if fit.resets:
         return f", across {fit.resets} buffer resets"
     if fit.shift:
-        return f", besides a one-off shift of {_fmt(fit.shift, unit)}"
+        return f", besides a one-off shift of {fmt(fit.shift, unit)}"
     if fit.segments > 1:
         return f" (after {fit.segments - 1} earlier segment{'s' if fit.segments > 2 else ''}: warm-up, fills or steps)"
     return ""
@@ -717,79 +658,3 @@ def _steps_per_second(t, w, t_from):
         return None
     rate = float(median(dt[good] / dw[good]))
     return rate if rate > 0 and math.isfinite(rate) else None
-
-
-# --------------------------------------------------------------------------- text
-
-
-def _too_few(n, need, unit, dropped, note, walls) -> TrendResult:
-    span = ""
-    if walls is not None and walls.size >= 2 and np.all(np.isfinite(walls[[0, -1]])) and walls[-1] > walls[0]:
-        span = f" over {_duration(float(walls[-1] - walls[0]))}"
-    return TrendResult(
-        verdict="inconclusive", confidence=1.0, slope_per_step=math.nan, slope_ci=(math.nan, math.nan),
-        slope_per_hour=None, p_value=1.0, onset_step=None, warmup_end_step=None, samples=n, noise=math.nan,
-        total_growth=math.nan, seconds_to_exhaustion=None, steps_to_exhaustion=None, fit={},
-        reason=(f"only {n} finite sample{'s' if n != 1 else ''} at distinct steps, need at least {need}{note} "
-                f"({n} samples{span}: run longer, or sample more densely with Monitor(overhead_budget=0.05))"),
-        unit=unit, dropped_samples=dropped, shape="too_few")
-
-
-def _samples_note(dropped, left_out):
-    notes = []
-    if dropped:
-        notes.append(f"{dropped} non-finite sample{'s' if dropped != 1 else ''} dropped")
-    if left_out:
-        notes.append(f"{left_out} isolated spike{'s' if left_out != 1 else ''} or final release left out")
-    return f" ({'; '.join(notes)})" if notes else ""
-
-
-def _fit_dict(t_start, t_end, level, slope, lo, hi):
-    span = t_end - t_start
-    return {"start_step": int(t_start), "end_step": int(t_end), "start_value": level,
-            "end_value": level + slope * span, "ci_low_end": level + lo * span,
-            "ci_high_end": level + hi * span}
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    return f"{seconds / 60:.3g} min" if seconds < 7200 else f"{seconds / 3600:.3g} h"
-
-
-def _count(steps: int) -> str:
-    return f"{steps:,}"
-
-
-def _fmt_range(lo, hi, unit):
-    """"3.8-4.4 KiB" when both ends share a suffix, else "900 B to 1.1 KiB"."""
-    a, b = _fmt(lo, unit), _fmt(hi, unit)
-    a_num, _, a_suffix = a.partition(" ")
-    b_num, _, b_suffix = b.partition(" ")
-    if a_suffix == b_suffix and a_suffix:
-        return f"{a_num} to {b_num} {a_suffix}" if lo < 0 else f"{a_num}-{b_num} {a_suffix}"
-    return f"{a} to {b}"
-
-
-def _fmt(x, unit):
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return format_quantity(0.0 if abs(x) < 1e-9 else x, unit)
-
-
-def _clip01(x):
-    return float(min(1.0, max(0.0, x))) if math.isfinite(x) else 0.0
-
-
-def _json_safe(obj):
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
