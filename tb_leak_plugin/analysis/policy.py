@@ -90,6 +90,11 @@ class Policy:
     # points is left out of its slope, so that the end of the regime before
     # (a ramp, a fill) does not bias it.
     trim_share: float = 0.1
+    # The noise is re-estimated around each segmentation it produced until it
+    # stops growing (trend._segment_with_noise), at most this many times: it
+    # settles within two rounds on the synthetic corpus; a bound keeps the
+    # cost bounded.
+    noise_rounds: int = 4
     # At most this many segments: a training run has a handful of regimes;
     # more is noise being fitted.
     max_segments: int = 12

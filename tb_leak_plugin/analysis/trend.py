@@ -229,20 +229,7 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
             return fit
         resets = np.zeros(0, dtype=int)
     res = _resolution(y, unit)
-    sd = max(_local_noise(t, y), res / 2)
-    # Segment with the noise of white jitter, then again with the noise
-    # around that segmentation, widened by its autocorrelation (wander must
-    # not read as regime changes).
-    starts = _segment(t, y, sd * sd, policy)
-    # The noise is read around the model the current segment is fitted with:
-    # a one-off shift inside it (which no split may cut off there, see
-    # final_share) is part of that model, not wander.
-    last = int(starts[-1])
-    shift = _level_shift(t[last:], y[last:], sd * sd, policy)
-    resid = _segment_residuals(t, y, np.union1d(starts, [last + shift]) if shift else starts)
-    pooled = variance_inflation(resid)
-    noise_var = max(robust_sd(resid), res / 2) ** 2 * pooled
-    starts = _segment(t, y, noise_var, policy)
+    starts, noise_var, pooled = _segment_with_noise(t, y, res, policy)
     # The current segment has at least min_segment points, however short
     # the series (a slope through two heap walks has no noise to judge it by).
     s = min(int(starts[-1]), max(y.size - policy.min_segment, 0))
@@ -260,6 +247,34 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
                 segments=int(starts.size), resets=0, jump=jump, used=int(yy.size),
                 shift=float(reg.beta[2]) if len(cols) > 1 else 0.0, readings=readings, refill=refill,
                 leak_readings=leak_readings)
+
+
+def _segment_with_noise(t, y, res, policy):
+    """Segment with the noise of white jitter, then again with the noise
+    around that segmentation, widened by its autocorrelation (wander must not
+    read as regime changes), until that noise stops growing (the jitter's
+    is only where the search starts: it may be larger than the noise around
+    the segments, or far smaller, when the noise wanders). Segments cut
+    into wander leave residuals that understate it (short, autocorrelated
+    series were cut at the noise a first, over-cut segmentation left, and the
+    last segment's slope was the wander's). Returns the segment starts, the
+    noise variance and its autocorrelation inflation."""
+    noise_var, pooled = max(_local_noise(t, y), res / 2) ** 2, 1.0
+    starts = _segment(t, y, noise_var, policy)
+    for round_ in range(policy.noise_rounds):
+        # The noise is read around the model the current segment is fitted
+        # with: a one-off shift inside it (which no split may cut off there,
+        # see final_share) is part of that model, not wander.
+        last = int(starts[-1])
+        shift = _level_shift(t[last:], y[last:], noise_var, policy)
+        resid = _segment_residuals(t, y, np.union1d(starts, [last + shift]) if shift else starts)
+        inflation = variance_inflation(resid)
+        around = max(robust_sd(resid), res / 2) ** 2 * inflation
+        if round_ and not around > noise_var * (1.0 + 1e-6):
+            break
+        noise_var, pooled = around, max(pooled, inflation) if round_ else inflation
+        starts = _segment(t, y, noise_var, policy)
+    return starts, noise_var, pooled
 
 
 def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
