@@ -15,6 +15,7 @@ import numpy as np
 from tb_leak_plugin.analysis import hints as hints_lib
 from tb_leak_plugin.units import format_quantity
 
+
 @dataclasses.dataclass
 class TrendResult:
     """The verdict on one series, with its evidence, in the series' unit.
