@@ -418,6 +418,11 @@ STEPS = {
     "plain_python": (10.0, None),
     "tensor_history": (2.0, None),
     "unbounded_cache": (6.0, None),  # ~1 ms steps: about 2 s of training
+    # Keras's fit itself settles over its first several hundred batches
+    # (Python's blocks, measured without tb-leak: +35 a batch over the first
+    # 100, +10 at 300-400, +2 at 600-700): a fixed twin 400 batches long was
+    # still settling. ~4 ms a batch: 1,000 batches are about 4 s a twin.
+    "keras_fit": (2.5, None),
     "v1_graph_growth": (0.5, 120),
     "session_per_step": (1.0, 250),
     "inplace_updates": (1.0, 250),
