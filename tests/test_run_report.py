@@ -468,7 +468,19 @@ def test_a_type_that_grows_within_certified_python_memory_is_told_not_called_a_l
     flat = _series("python", "allocated_blocks", "blocks", steps, 2.0e6 + rng.normal(0, 20.0, steps.size))
     report = build_run_report(_run(rss, malloc, flat, count))
     assert report.verdict != "leak", report.reason
-    assert "train.TrainState" in report.reason and "certified" in report.reason, report.reason
+    assert "train.TrainState" in report.reason and "does not grow materially" in report.reason, report.reason
+    # Blocks growing 3 a step: under the 6.7 a step that is material at this
+    # run's length, not certified over three times it (no_leak's promise):
+    # the type's claim must overcome the memory it lives in at its own
+    # horizon (a lambda and a weak reference kept per epoch by a fork hook's
+    # fix: its functions grow, its memory does not, materially). The run's
+    # verdict is then the memory's (here the blocks are covered by RSS).
+    slow = _series("python", "allocated_blocks", "blocks", steps, 2.0e6 + 3.0 * steps + rng.normal(0, 20.0, steps.size))
+    slow_report = build_run_report(_run(rss, malloc, slow, count))
+    blocks_trend = {s.tag: s for s in slow_report.series}["leak/python/allocated_blocks"].trend
+    assert blocks_trend.verdict == "inconclusive", blocks_trend.reason
+    assert slow_report.verdict != "leak", slow_report.reason
+    assert "train.TrainState" in slow_report.reason and "does not grow materially" in slow_report.reason
     growing = _series("python", "allocated_blocks", "blocks", steps, 2.0e6 + 40.0 * steps + rng.normal(0, 20.0, steps.size))
     assert build_run_report(_run(rss, malloc, growing, count)).verdict == "leak"
 

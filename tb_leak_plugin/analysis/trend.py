@@ -556,6 +556,20 @@ def growth_shown(result: TrendResult, alpha: float) -> bool:
     return max(_p_above(b, se, max(df, 1.0), material) for b, se, df in readings) < alpha
 
 
+def growth_ruled_out(result: TrendResult, alpha: float) -> bool:
+    """Whether the series' growth is below materiality, at the run's length
+    so far, at one-sided level ``alpha`` under every reading: the mirror of
+    ``growth_shown``, short of ``no_leak`` (which rules growth out over
+    ``Policy.clean_horizon`` times the run). What a leak claim on something
+    this memory holds must overcome."""
+    material = result.materiality
+    readings = result.readings
+    if material is None or not math.isfinite(material) or not readings:
+        return False
+    return max(1.0 - _p_above(b, se, max(df, 1.0), material) if se > 0 else float(b >= material)
+               for b, se, df in readings) < alpha
+
+
 def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy) -> TrendResult:
     b, se, df = fit.slope, fit.se, max(fit.df, 1.0)
     readings = fit.readings or [(b, se, df)]
