@@ -687,3 +687,20 @@ def test_a_registry_growing_at_its_last_four_heap_walks_is_a_leak():
     result = assess_series(steps, counts, unit="count")
     assert result.verdict == "leak", result.reason
     assert abs(result.slope_per_step - 0.025) < 1e-3
+
+
+def test_four_heap_walks_are_not_read_besides_a_level_shift():
+    """Tensors a loop keeps at every loss-scale overflow, seen at the four
+    heap walks after the first overflow (14, 122, 226, 378; recorded). A
+    line and a shift through four points leave one residual degree of
+    freedom: a reading under which no slope is significant however exact
+    (or, by chance, one whose near-exact fit is). Only the line is read:
+    growth about 0.072 a step, on two degrees of freedom, and never less
+    than the earlier regime."""
+    steps = [0, 323, 727, 1120, 2811, 4065, 6195]
+    counts = [10, 10, 10, 14, 122, 226, 378]
+    result = assess_series(steps, counts, unit="count")
+    assert "shift" not in result.reason, result.reason
+    assert all(df >= 2 for _b, _se, df in result.readings), result.readings
+    assert abs(result.slope_per_step - 0.0724) < 2e-3, result.reason
+    assert result.verdict != "no_leak"

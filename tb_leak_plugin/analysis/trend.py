@@ -360,7 +360,11 @@ def _level_shift(t, y, noise_var, policy) -> int:
     # A handful of heap walks: the shift may be the last walk alone (a rise
     # between the early walks and the one at close is one jump or a rate).
     L = max(1, min(policy.min_segment, (n - 2) // 3))
-    if n < 2 * L + 2:
+    # A line and a shift leave n - 3 residual degrees of freedom, and a
+    # reading a claim must survive needs two (with one, the t is a Cauchy:
+    # no slope is significant however exact, and four heap walks of tensors
+    # kept at every overflow, 14, 122, 226, 378, stayed undecided).
+    if n < max(2 * L + 2, 5):
         return 0
     x = t - t.mean()
     sxx = float(x @ x)
