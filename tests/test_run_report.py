@@ -563,3 +563,27 @@ def test_a_container_the_training_function_let_go_before_close_is_named_with_its
     assert container.details["held_by"][0]["path"][-1] == "LabelsLayer._undo_history"
     flat = _series("process", "rss_anon_bytes", "bytes", steps, 600 * MiB + rng.normal(0, 3e4, steps.size))
     assert build_run_report(_run(flat, history, _available(steps))).verdict != "leak"
+
+
+def test_tensors_seen_at_four_walks_and_let_go_at_close_are_named_in_a_leaking_run():
+    """Gradient buckets kept at every loss-scale overflow (recorded counts of
+    a held-out loop): live tensors 10, 10, 10, then 14, 122, 226, 378 at the
+    walks after the first overflow, and 0 at close, the loop having
+    returned. Four walks of growth cannot reach the leak's level on two
+    degrees of freedom however exact they are; in a run whose memory
+    (sampled all along) leaks, their growth shown at Policy.alpha_shown
+    names them. Without the memory's leak they name nothing."""
+    rng = np.random.default_rng(3)
+    dense = np.arange(0, 12000, 20)
+    walks = np.array([0, 323, 727, 1120, 2811, 4065, 6195, 11999])
+    counts = np.array([10, 10, 10, 14, 122, 226, 378, 0], dtype=float)
+    eager = _series("tensors", "eager_count", "count", walks, counts)
+    leaking = _series("process", "malloc_bytes", "bytes", dense, 4e8 + 5e3 * dense + rng.normal(0, 3e4, dense.size))
+    report = build_run_report(_run(leaking, eager, _available(dense)))
+    assert report.verdict == "leak", report.reason
+    named = [c for c in report.culprits[:3] if c.name == "leak/tensors/eager_count"]
+    assert named and "grew with the run's leak" in named[0].evidence, [c.name for c in report.culprits]
+    flat = _series("process", "malloc_bytes", "bytes", dense, 4e8 + rng.normal(0, 3e4, dense.size))
+    clean = build_run_report(_run(flat, eager, _available(dense)))
+    assert clean.verdict != "leak", clean.reason
+    assert not any(c.name == "leak/tensors/eager_count" for c in clean.culprits)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from tb_leak_plugin.analysis.policy import POLICY
 from tb_leak_plugin.analysis import library_leaks
 from tb_leak_plugin.metadata import hop_text
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series, falls_back_at_end, growth_ruled_out, growth_shown
-from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, finite_or_none as _finite_or_none, fmt
+from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, clip01, finite_or_none as _finite_or_none, fmt
 from tb_leak_plugin.analysis.series import RunData, Series
 from tb_leak_plugin.metadata import HELD_BY_GROUP, parse_limit_detail
 
@@ -687,7 +688,19 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
             before = assess_series(series.steps[:-1], series.values[:-1], series.wall_times[:-1],
                                    unit=series.info.unit)
             if before.verdict != "leak":
-                continue
+                # The run leaks by memory sampled all along; which of the
+                # series seen at a few walks grew with it is attribution, not
+                # detection: its growth shown at POLICY.alpha_shown (four or
+                # five heap walks cannot reach alpha_leak on two degrees of
+                # freedom however exact they are) names it.
+                if not before.leak_readings or not growth_shown(before, POLICY.alpha_shown):
+                    continue
+                evidence = re.sub(r"; about [\d,]+ more steps would decide at this rate", "",
+                                  before.reason.split(": ", 1)[-1])
+                before = dataclasses.replace(
+                    before, verdict="leak", confidence=clip01(1.0 - before.p_value),
+                    reason=(f"grew with the run's leak: {evidence}; shown at p < {POLICY.alpha_shown:g}, "
+                            f"short of a leak on its own"))
             reason = (f"{before.reason}; then let go at the last walk (step {int(series.steps[-1])}), "
                       f"long after the walk before it (step {int(series.steps[-2])})")
             reports.append(dataclasses.replace(report, trend=dataclasses.replace(before, reason=reason)))
