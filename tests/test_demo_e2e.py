@@ -247,7 +247,8 @@ def test_compare_of_each_pattern(demo_report, pattern):
 
 
 @pytest.mark.parametrize("pattern,key", [("retracing", "retracing"), ("data_pipeline", "py_function_registry"),
-                                         ("keras_in_loop", "keras_global_state")])
+                                         ("keras_in_loop", "keras_global_state"),
+                                         ("session_per_step", "default_session_stack")])
 def test_known_library_leaks_are_labelled_with_their_workaround(demo_report, pattern, key):
     run = demo_report[f"{pattern}/leaky"]
     known = {k["key"]: k for k in run["library_leaks"]}

@@ -113,6 +113,20 @@ CATALOGUE = (
                 {"kind": "key", "name": "CustomGradient-*", "key_type": "str"}),
     ),
     LibraryLeak(
+        key="default_session_stack",
+        title="TensorFlow's default-session stack (an InteractiveSession per step)",
+        library="TensorFlow",
+        versions="TensorFlow 1.x, and tf.compat.v1 in 2.x",
+        what="An InteractiveSession (or any session whose as_default() context is entered and never "
+             "exited) pushes itself on TensorFlow's default-session stack, which keeps it, its runtime and "
+             "its own copy of the variables alive until close() pops it: dropping the program's reference "
+             "frees nothing.",
+        workaround="Open one session around the loop (`with tf.compat.v1.Session() as sess:`), or call "
+                   "close() on each InteractiveSession before opening the next.",
+        issues=("https://github.com/tensorflow/tensorflow/issues/13202",),
+        hops=r"_default_session_stack",
+    ),
+    LibraryLeak(
         key="v1_default_graph",
         title="The tf.compat.v1 default graph (ops created inside the loop)",
         library="TensorFlow",
