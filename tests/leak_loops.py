@@ -235,6 +235,31 @@ def loop_rebound_attribute(logdir, seen):
     return monitor
 
 
+class Pool:
+    """Scratch arrays per worker, and a list of every one made (to report a
+    total): a worker's array outlives the worker in that list."""
+
+    def __init__(self):
+        self.all_values = []
+
+    def scratch(self):
+        array = np.zeros(16 * 1024, np.float32)  # 64 KiB
+        self.all_values.append(array)
+        return array
+
+
+def loop_scratch_pool(logdir, seen):
+    pool = Pool()
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in _steps(monitor, seen):
+        if step % 20 == 0:
+            pool.scratch()  # a new worker every 20 steps: 3.2 KiB a step, a list too slow to follow
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
 CASES = [
     (loop_local, "loop_local() local `history`"),
     (loop_global, "global `__main__.KEPT_GLOBAL`"),
@@ -246,6 +271,7 @@ CASES = [
     (loop_memo_closure, "`cache`"),
     (loop_parser_buffer, "Parser.buf"),
     (loop_rebound_attribute, "Bank.rows"),
+    (loop_scratch_pool, "Pool.all_values"),
 ]
 
 

@@ -2,7 +2,7 @@
 who holds what grows (a local, a global, a callback's attribute, a closure's
 cell, a dict keyed by step, a list of bytearrays, a tf.function's traces,
 arrays in tuples in a list, one bytearray an object extends, an attribute
-re-bound to a bigger array), in the monitor's warning, in on_leak, in the
+re-bound to a bigger array, arrays a list keeps too slowly to be followed), in the monitor's warning, in on_leak, in the
 saved logdir (CLI JSON and text) and without leaving references behind."""
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ CASES = [
     ("loop_memo_closure", "`cache`"),
     ("loop_parser_buffer", "Parser.buf"),
     ("loop_rebound_attribute", "Bank.rows"),
+    ("loop_scratch_pool", "Pool.all_values"),
 ]
 LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 

@@ -53,7 +53,7 @@ import time
 
 from tb_leak_plugin.capture import referrers
 from tb_leak_plugin.analysis.policy import WATCH
-from tb_leak_plugin.capture.probes import _function_types, _is_library, _may_hold_arrays, type_name
+from tb_leak_plugin.capture.probes import _function_types, _is_library, _may_hold_arrays, live_arrays, type_name
 from tb_leak_plugin.metadata import HELD_BY_FORMAT, HELD_BY_GROUP, SeriesInfo
 from tb_leak_plugin.units import format_bytes, printable
 
@@ -238,6 +238,7 @@ class LeakWatch:
         # walk's buffers themselves (dropped when the walk ends).
         self._buffer_history: dict = {}  # key -> (first, last, growths in a row) (see _note_sizes)
         self._chosen: list = []          # indices of the buffers a culprit is traced through
+        self._from_scan = False          # the culprit's targets are the numpy scan's arrays
         self._own = None                 # the program's own classes in the census announced
         self._walk_sizes: list = []    # [(key, bytes)] of this walk's buffers
         self._walk_buffers: list = []  # ... what a trace starts from (a buffer, or its object)
@@ -726,6 +727,12 @@ class LeakWatch:
             if not result.held_by and not result.complete:
                 continue  # cut short by the time left: tried again at a later walk
             self._traced[key] = (self._walks, live)
+            if self._from_scan and all(h.hops and h.hops[0].get("kind") == "native" for h in result.held_by):
+                # Arrays reached through what the collector untracks (tuples
+                # of arrays and numbers in a running function's list) show no
+                # referrer: a path that names nothing would stand before the
+                # container that holds them.
+                continue
             if kind is not None:
                 done_here[id(kind)] = (result, live, new, since)
             detail = _trace_detail(culprit, step, live, new, since, result)
@@ -806,12 +813,24 @@ class LeakWatch:
         tf.function is traced itself (who holds the function holds its traces);
         numpy bytes and memory, through a running function's local array that
         holds most of their growth (see _growth_holding_arrays)."""
+        self._from_scan = False
         if (culprit.kind == "tensors" and culprit.unit == "bytes") or \
                 (culprit.kind == "series" and culprit.unit == "bytes"):
             self._chosen = _growth_holding_arrays(culprit, report, self._walk_sizes, self._buffer_history)
-            if self._chosen or "eager" not in culprit.name:
+            if self._chosen or ("eager" not in culprit.name and "numpy" not in culprit.name):
                 return None, [self._walk_buffers[index] for index in self._chosen]
             # Live tensors' bytes that no one buffer holds: traced by type.
+        if culprit.kind == "tensors" and "numpy" in culprit.name:
+            # numpy arrays (not gc-tracked: no object list has them) that no
+            # one buffer holds: traced from the arrays the holders reach, the
+            # ones the numpy scan counts (a list keeping a thread's scratch
+            # array an epoch grows too slowly to be a container followed).
+            # Kept only where it reaches a holder (see _analyse).
+            self._chosen = []
+            self._from_scan = True
+            numpy = sys.modules.get("numpy")
+            ndarray = getattr(numpy, "ndarray", None) if numpy is not None else None
+            return None, (live_arrays(ndarray, census) if isinstance(ndarray, type) else [])
         if culprit.kind == "retracing":
             # The named tf.function; for the eager context's library growing,
             # the tf.functions traced most often.

@@ -791,8 +791,21 @@ def _holder_types(census: Census, cache: dict) -> frozenset:
     return frozenset(kinds)
 
 
-def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> tuple[int, int]:
-    objects = census.objects
+def live_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> list:
+    """The numpy arrays the census's holders reach (containers, instances of
+    classes defined in Python outside library packages, and the tuples and
+    untracked dicts inside them), each once: what the numpy scan counts, as
+    objects to trace from (arrays are not gc-tracked: no object list has them)."""
+    seen: set[int] = set()
+    out = []
+    for array in _reachable_arrays(ndarray, census, holder_cache):
+        if id(array) not in seen:
+            seen.add(id(array))
+            out.append(array)
+    return out
+
+
+def _reachable_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> list:
     # What usually holds arrays: containers and instances of classes
     # defined in Python (their attributes), outside library packages. Not the
     # many functions, types, cells, which would only add referents to scan.
@@ -826,6 +839,11 @@ def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> 
         found, hidden = _split_referents(gc.get_referents(*hidden), ndarray)
         arrays.extend(found)
     del hidden
+    return arrays
+
+
+def _numpy_arrays(ndarray, census: Census, holder_cache: dict | None = None) -> tuple[int, int]:
+    arrays = _reachable_arrays(ndarray, census, holder_cache)
     seen: set[int] = set()
     count = 0
     total_bytes = 0
