@@ -727,7 +727,7 @@ class LeakWatch:
             if not result.held_by and not result.complete:
                 continue  # cut short by the time left: tried again at a later walk
             self._traced[key] = (self._walks, live)
-            if self._from_scan and all(h.hops and h.hops[0].get("kind") == "native" for h in result.held_by):
+            if self._from_scan and all(not h.hops or h.hops[0].get("kind") == "native" for h in result.held_by):
                 # Arrays reached through what the collector untracks (tuples
                 # of arrays and numbers in a running function's list) show no
                 # referrer: a path that names nothing would stand before the
