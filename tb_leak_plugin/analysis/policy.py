@@ -156,6 +156,14 @@ class Policy:
     # refuting a rate the data show needs more than two readings close
     # together, which one cycle of garbage can fall between.
     full_refute_share: float = 0.5
+    # In a run whose host memory leaks, live tensors' or arrays' bytes whose
+    # growth is, at its 95% lower bound, at least this share of the memory's
+    # growth rate hold that leak and are named with it (report._holding_the_
+    # growth): most of what memory gained is theirs, whether or not their
+    # few heap-walk points reach a leak's level on their own (eager tensors
+    # 31, 31, 31, 322, 944, 1,958 at six walks: +69 KiB a step, 49-89 KiB,
+    # of a C heap growing 75 KiB a step).
+    held_share: float = 0.5
     # Fewer finite samples than this are never judged.
     min_samples: int = 4
     # Multiples of the run's length tried when saying how much longer a run

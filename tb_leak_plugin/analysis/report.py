@@ -392,7 +392,8 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     if verdict == "leak":
         # A growing container of numbers names where a leak accumulates;
         # alone (a list of floats kept per step) it is not a leak of memory.
-        culprits = sorted(culprits + containers + creations + let_go, key=_culprit_rank)
+        culprits = sorted(culprits + containers + creations + let_go + _holding_the_growth(by_role, culprits + let_go),
+                          key=_culprit_rank)
     earlier = holders.traced_earlier(traces, holders.attach(culprits, traces))
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
@@ -671,6 +672,40 @@ def _trace_count_culprits(reports, creations: list | None = None) -> list[Culpri
             confidence=report.trend.confidence, hint=hint.key if hint else None,
             details={"tag": report.tag, "measure": report.measure, "last_value": report.last_value},
         ))
+    return out
+
+
+def _holding_the_growth(by_role, named) -> list[Culprit]:
+    """In a run whose host memory leaks, the live tensors' and arrays' bytes
+    that hold most of it (see POLICY.held_share): named with the memory
+    series, ranked just above it. Attribution by bytes, as a heap analyser
+    ranks what keeps memory alive; the run's verdict is the memory's."""
+    memory = [r for r in _leaks(by_role.get(ROLE_MEMORY, [])) if r.unit == "bytes" and _host(r)]
+    if not memory:
+        return []
+    top = max(memory, key=lambda r: r.trend.slope_per_step)
+    rate = float(top.trend.slope_per_step)
+    have = {c.name for c in named}
+    # As sure as the memory's leak it holds (the memory culprit's confidence).
+    confidence = float(next((c.confidence for c in named if c.kind == "series" and c.name == top.tag),
+                            top.trend.confidence))
+    out = []
+    for report in by_role.get(ROLE_TENSORS, []):
+        t = report.trend
+        if (t is None or t.verdict == "leak" or report.unit != "bytes" or report.tag in have
+                or not t.slope_ci or not rate > 0):
+            continue
+        low = float(t.slope_ci[0])
+        if not low >= POLICY.held_share * rate:
+            continue
+        hint = hints_lib.hint_for_series(report.group, report.measure)
+        evidence = re.sub(r"; about [\d,]+ more steps would decide at this rate", "", t.reason.split(": ", 1)[-1])
+        out.append(Culprit(
+            kind="tensors", name=report.tag, growth_per_step=t.slope_per_step, unit=report.unit,
+            evidence=(f"holds the run's leak: {evidence}; at least {low / rate:.0%} of what {top.tag} grows "
+                      f"({fmt(rate, 'bytes')}/step)"),
+            confidence=confidence, hint=hint.key if hint else None,
+            details={"tag": report.tag, "holds": top.tag}))
     return out
 
 
