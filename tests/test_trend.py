@@ -704,3 +704,22 @@ def test_four_heap_walks_are_not_read_besides_a_level_shift():
     assert all(df >= 2 for _b, _se, df in result.readings), result.readings
     assert abs(result.slope_per_step - 0.0724) < 2e-3, result.reason
     assert result.verdict != "no_leak"
+
+
+def test_a_sawtooth_whose_floor_samples_land_further_up_the_ramp_is_no_leak_claim():
+    """A metric's lists filled during each 400-step epoch and emptied at its
+    end (recorded: the C allocator's bytes of a held-out fixed twin, 40,000
+    steps). Early in the run the monitor's points land right after the slow
+    reset step, later its points thin out and the first one after a reset is
+    tens of steps up the ramp: read as floors, those samples rose ~25 B a
+    step (a false leak) where the floor, measured at each reset without
+    tb-leak, rose 1.5. The floor lies between that sample and one
+    interval's ramp lower; no claim rests on where: not a leak. The same
+    series with a floor rising 60 B a step is one."""
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", "metric_lists_reset_each_epoch_malloc.npz"))
+    steps, values, walls = data["steps"], data["values"], data["walls"]
+    result = assess_series(steps, values, walls, unit="bytes")
+    assert result.verdict != "leak", result.reason
+    assert "buffer resets" in result.reason, result.reason
+    rising = assess_series(steps, values + 60.0 * steps, walls, unit="bytes")
+    assert rising.verdict == "leak", rising.reason

@@ -393,20 +393,29 @@ def _noise(resid, res):
 
 def _fit_sawtooth(t, y, resets, unit) -> _Fit:
     """A buffer filled and cleared: the trend is its floor's. The first sample
-    after each reset is a floor; the line through them is the slope. Where the
-    reset fell inside the interval before that sample drifts from cycle to
-    cycle, so each floor is uncertain by up to one ramp step: that bounds the
-    floors' noise from below."""
+    after each reset is the floor plus the ramp since the reset, which fell
+    somewhere in the interval before that sample: the floor lies between
+    that sample and one interval's ramp lower. The monitor spaces its samples
+    further apart as the run ages, so the first sample after a reset may
+    land further up the ramp late in a run (a metric's lists refilled every
+    epoch: read as floors, those samples rose 30 B a step where the floor
+    rose 1.5), and no claim may rest on where in the interval the reset fell:
+    each must hold with the floors read as sampled and read half the ramp
+    lower, where a reset falls on average (the slope reported is the samples'
+    own). The trend of the intervals is what biases a floor line; the part of
+    that uncertainty that drifts from cycle to cycle bounds the floors' noise
+    from below."""
     floors = resets + 1
-    tf, yf = t[floors], y[floors]
     d = np.diff(y)
     dt = np.diff(t)
     rising = d > 0
     ramp = float(median(d[rising] / dt[rising])) if rising.any() else 0.0
+    gaps = t[floors] - t[floors - 1]
+    tf = t[floors]
     step_err = ramp * float(median(dt)) / math.sqrt(12.0)
     res = _resolution(y, unit)
     if tf.size < 3 or not float(tf[-1] - tf[0]) > 0:
-        return _Fit(t_start=float(t[0]), level=float(yf[0]), slope=0.0, se=math.inf, df=1.0, noise=step_err,
+        return _Fit(t_start=float(t[0]), level=float(y[floors][0]), slope=0.0, se=math.inf, df=1.0, noise=step_err,
                     segments=1, resets=int(resets.size), jump=0.0, used=int(tf.size))
     # The floors' noise is the series' noise a cycle apart: its lag-1
     # autocorrelation, estimated on every sample around floor + ramp, to the
@@ -417,12 +426,24 @@ def _fit_sawtooth(t, y, resets, unit) -> _Fit:
     around = regress([t[start:] - t[start], phase], y[start:]).resid
     rho = ar1(around) ** max(1.0, float(median(np.diff(floors))))
     exact = robust_sd(around) <= (2.0 * res if unit != "bytes" else 0.0)
-    reg = regress([tf - tf[0]], yf, inflation=1.0 if exact else (1 + rho) / (1 - rho))
     sxx = float(np.sum((tf - tf.mean()) ** 2))
-    se = math.hypot(float(reg.se[1]), step_err / math.sqrt(sxx))
-    return _Fit(t_start=float(tf[0]), level=float(reg.beta[0]), slope=float(reg.beta[1]), se=se,
-                df=float(reg.df), noise=max(robust_sd(reg.resid), step_err), segments=1,
-                resets=int(resets.size), jump=0.0, used=int(tf.size))
+
+    # The intervals' trend (sampling thins as the run ages), their scatter
+    # being the noise step_err bounds; and the ramp since a reset is at most
+    # a full buffer, which no drop exceeds (cycles shorter than the
+    # intervals: the ramp does not run on over the whole interval).
+    full = float(np.max(y[floors - 1] - y[floors]))
+    spread = np.minimum(ramp * np.polyval(np.polyfit(tf - tf[0], gaps, 1), tf - tf[0]), full)
+
+    def line(share):
+        reg = regress([tf - tf[0]], y[floors] - share * spread, inflation=1.0 if exact else (1 + rho) / (1 - rho))
+        return reg, (float(reg.beta[1]), math.hypot(float(reg.se[1]), step_err / math.sqrt(sxx)), float(reg.df))
+
+    reg, raw = line(0.0)
+    ends = [raw, line(0.5)[1]]
+    return _Fit(t_start=float(tf[0]), level=float(reg.beta[0]), slope=raw[0], se=raw[1],
+                df=raw[2], noise=max(robust_sd(reg.resid), step_err), segments=1,
+                resets=int(resets.size), jump=0.0, used=int(tf.size), readings=ends, leak_readings=list(ends))
 
 
 def _floor_refuted(fit, t, y, resets, policy) -> bool:
