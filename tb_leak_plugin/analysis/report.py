@@ -363,7 +363,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     by_role: dict[str, list[SeriesReport]] = {}
     for report in reports:
         by_role.setdefault(report.role, []).append(report)
-    explained = _not_the_programs(by_role, run)
+    explained = _not_the_programs(by_role)
 
     culprits: list[Culprit] = []
     culprits += census.object_culprits(by_role.get(ROLE_OBJECTS, []))
@@ -513,7 +513,7 @@ def _atomic_container(report) -> bool:
     return report.role == ROLE_CONTAINERS and str(report.subject).endswith(_ATOMIC_ITEMS)
 
 
-def _not_the_programs(by_role, run: RunData | None = None) -> dict:
+def _not_the_programs(by_role) -> dict:
     """Memory series that leak by their own data while the series that
     decompose them say the program's memory does not grow: tag -> why.
 
@@ -525,10 +525,7 @@ def _not_the_programs(by_role, run: RunData | None = None) -> dict:
     collector; not where the census's total of live objects (counted after
     each walk's collection, so without that garbage) is shown to grow, at
     the 95% level of "no leak": a few objects a step that no one type's
-    series shows at a handful of walks are still the program's; nor where
-    the blocks themselves, read right after the walks' full collections
-    (nothing unreachable left), grew at the fitted rate: untracked objects
-    (strings a list keeps) are live data no object count sees. The series
+    series shows at a handful of walks are still the program's. The series
     keep their verdicts; the run rule reads this."""
     memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
     leaking = [r for r in memory if r.trend.verdict == "leak"]
@@ -549,33 +546,10 @@ def _not_the_programs(by_role, run: RunData | None = None) -> dict:
                 and report.measure not in ("uss_bytes", "malloc_bytes")):
             out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
                                f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
-        elif report.group == "python" and census_judged and not others and not live_grows \
-                and not _live_after_collections(report, run):
+        elif report.group == "python" and census_judged and not others and not live_grows:
             out[report.tag] = (f"{report.tag} grows, but no object type, tensor or container grows with it: "
                                f"most likely cyclic garbage awaiting the collector, or pools")
     return out
-
-
-def _live_after_collections(report, run: RunData | None) -> bool:
-    """Whether a memory series read right after the walks' full collections
-    (nothing unreachable left: no garbage) grew by at least
-    POLICY.full_growth_share of its fitted rate, from the last such reading
-    at or before its analysed segment to the last one (the walk at close
-    included: a release there only lowers it), over at least
-    POLICY.full_span_share of the segment."""
-    series = run.series.get(report.tag) if run is not None else None
-    full = run.series.get("leak/gc/full_collection") if run is not None else None
-    if series is None or full is None or not len(series) or not len(full):
-        return False
-    steps, values, start = _after_full_collections(report.trend, series, full, float(series.steps[-1]))
-    before = np.flatnonzero(steps <= start)
-    first = int(before[-1]) if before.size else 0
-    steps, values = steps[first:], values[first:]
-    slope = float(report.trend.slope_per_step)
-    end = float((report.trend.fit or {}).get("end_step", series.steps[-1]))
-    if steps.size < 2 or slope <= 0 or steps[-1] - max(steps[0], start) < POLICY.full_span_share * max(end - start, 1):
-        return False
-    return float(values[-1] - values[0]) >= POLICY.full_growth_share * slope * float(steps[-1] - steps[0])
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
