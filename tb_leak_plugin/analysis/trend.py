@@ -214,6 +214,13 @@ def _resolution(y, unit):
     return 1.0 if unit != "bytes" else max(1.0, 1e-9 * float(np.max(np.abs(y))))
 
 
+# Residual degrees of freedom a reading that a claim must survive needs: with
+# one, the t is a Cauchy, under which no slope is significant however exact
+# (or, by chance, one whose near-exact fit is). A consequence of the t test,
+# not a tuning: a reading is only taken where it leaves this many.
+_CLAIM_DF = 2
+
+
 def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     # A buffer's cycles are seen in every sample (blocks would blur them).
     if raw is not None:
@@ -305,7 +312,7 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
         readings = [besides] + (readings if stairs else [])
     else:
         leak_readings = list(readings)
-    if yy.size - 1 >= len(cols) + 3:
+    if yy.size - 1 - (len(cols) + 1) >= _CLAIM_DF:
         # No claim may rest on one sample: the last, whose leverage is the
         # largest (heap walks early and one at close), is left out once,
         # whenever a line through the others still has residuals to judge
@@ -364,7 +371,7 @@ def _level_shift(t, y, noise_var, policy) -> int:
     # reading a claim must survive needs two (with one, the t is a Cauchy:
     # no slope is significant however exact, and four heap walks of tensors
     # kept at every overflow, 14, 122, 226, 378, stayed undecided).
-    if n < max(2 * L + 2, 5):
+    if n < max(2 * L + 2, 3 + _CLAIM_DF):
         return 0
     x = t - t.mean()
     sxx = float(x @ x)
