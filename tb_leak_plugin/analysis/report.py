@@ -675,6 +675,13 @@ def _trace_count_culprits(reports, creations: list | None = None) -> list[Culpri
     return out
 
 
+def _evidence_only(trend: TrendResult) -> str:
+    """An undecided series' evidence (slope, interval, samples), without why
+    it was undecided or how many more steps would decide: for a culprit named
+    by attribution, whose series alone is not a leak."""
+    return re.sub(r"; about [\d,]+ more steps would decide at this rate", "", trend.reason.split(": ", 1)[-1])
+
+
 def _holding_the_growth(by_role, named) -> list[Culprit]:
     """In a run whose host memory leaks, the live tensors' and arrays' bytes
     that hold most of it (see POLICY.held_share): named with the memory
@@ -699,7 +706,7 @@ def _holding_the_growth(by_role, named) -> list[Culprit]:
         if not low >= POLICY.held_share * rate:
             continue
         hint = hints_lib.hint_for_series(report.group, report.measure)
-        evidence = re.sub(r"; about [\d,]+ more steps would decide at this rate", "", t.reason.split(": ", 1)[-1])
+        evidence = _evidence_only(t)
         out.append(Culprit(
             kind="tensors", name=report.tag, growth_per_step=t.slope_per_step, unit=report.unit,
             evidence=(f"holds the run's leak: {evidence}; at least {low / rate:.0%} of what {top.tag} grows "
@@ -738,8 +745,7 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
                 # freedom however exact they are) names it.
                 if not before.leak_readings or not growth_shown(before, POLICY.alpha_shown):
                     continue
-                evidence = re.sub(r"; about [\d,]+ more steps would decide at this rate", "",
-                                  before.reason.split(": ", 1)[-1])
+                evidence = _evidence_only(before)
                 before = dataclasses.replace(
                     before, verdict="leak", confidence=clip01(1.0 - before.p_value),
                     reason=(f"grew with the run's leak: {evidence}; shown at p < {POLICY.alpha_shown:g}, "
