@@ -329,7 +329,7 @@ def test_store_down_never_hurts_the_loop_and_backlog_uploads_when_it_returns(mon
         time.sleep(0.002)
     time.sleep(0.3)
     assert writer.failed_flushes >= 1 and writer.dropped_records > 0
-    assert writer._pending_bytes <= writer_lib.MAX_PENDING_BYTES
+    assert writer._pending.nbytes <= writer_lib.MAX_PENDING_BYTES
     assert slowest < 0.5, slowest  # no sample waited for the network
     failures = [r for r in caplog.records if "uploading summaries" in r.getMessage()]
     assert len(failures) == 1, [r.getMessage() for r in caplog.records]

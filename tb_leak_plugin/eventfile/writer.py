@@ -36,6 +36,8 @@ with a back-off; the first failure is logged once.
 
 from __future__ import annotations
 
+import array
+import bisect
 import itertools
 import logging
 import os
@@ -68,6 +70,72 @@ CLOSE_TIMEOUT_S = 20.0
 MAX_RETRY_S = 60.0
 
 _live_writers: "weakref.WeakSet[RecordEventWriter]" = weakref.WeakSet()
+
+
+class PendingRecords:
+    """Records waiting to be written, kept in two buffers allocated once.
+
+    A list of ``bytes`` would hold one small object (one of Python's
+    allocated blocks) per record until the next flush: the monitor's own
+    memory, rising by a block a sample and falling at each flush, in the
+    ``allocated_blocks`` series of the program it measures. As the monitor's
+    samples thin out, one such cycle spans the last third of a run, where the
+    analysis reads the current growth. Here the bytes go into one
+    ``bytearray`` and each record's end into one ``array``, both sized for a
+    flush's worth of records and reused: steady use allocates nothing that
+    outlives a call. They grow (and stay grown) only while writes fail and a
+    backlog builds, up to ``MAX_PENDING_BYTES``."""
+
+    __slots__ = ("_data", "_ends", "nbytes", "count")
+
+    def __init__(self, capacity: int):
+        self._data = bytearray(capacity)
+        self._ends = array.array("q", bytes(8 * max(64, capacity // 64)))
+        self.nbytes = 0
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def append(self, record: bytes) -> None:
+        n, m = self.nbytes, len(record)
+        if n + m > len(self._data):
+            self._data.extend(bytes(max(m, len(self._data))))
+        if self.count == len(self._ends):
+            self._ends.extend(array.array("q", bytes(8 * len(self._ends))))
+        self._data[n:n + m] = record
+        self._ends[self.count] = n + m
+        self.count += 1
+        self.nbytes = n + m
+
+    def view(self) -> memoryview:
+        """The pending bytes (release the view before the next ``append``)."""
+        return memoryview(self._data)[:self.nbytes]
+
+    def first_end(self) -> int:
+        return self._ends[0] if self.count else 0
+
+    def whole(self, sent: int) -> tuple[int, int]:
+        """(records, bytes) of the whole records within the first ``sent`` bytes."""
+        k = bisect.bisect_right(self._ends, sent, 0, self.count)
+        return k, (self._ends[k - 1] if k else 0)
+
+    def drop(self, records: int) -> None:
+        """Forget the first ``records`` records (written)."""
+        if records <= 0:
+            return
+        if records >= self.count:
+            self.clear()
+            return
+        cut = self._ends[records - 1]
+        self._data[:self.nbytes - cut] = self._data[cut:self.nbytes]
+        rest = self.count - records
+        for i in range(rest):
+            self._ends[i] = self._ends[records + i] - cut
+        self.count, self.nbytes = rest, self.nbytes - cut
+
+    def clear(self) -> None:
+        self.count = self.nbytes = 0
 
 
 def _safe_tag(tag: str) -> str:
@@ -118,8 +186,7 @@ class RecordEventWriter:
         self._suffix = ("." + _safe_tag(name_tag) if name_tag else "") + filename_suffix
         self._flush_secs = float(flush_secs)
         self._lock = threading.Lock()
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        self._pending = PendingRecords(FLUSH_PENDING_BYTES + 4096)
         self._last_flush = time.monotonic()
         self._closed = False
         self.dropped_records = 0
@@ -147,9 +214,10 @@ class RecordEventWriter:
             raise FileExistsError(f"no free event file name in {logdir!r}")
         self._written = 0  # bytes of complete records in the file
         self.generation += 1
-        record = _version_record()
-        self._pending.insert(0, record)
-        self._pending_bytes += len(record)
+        # A new file starts with its version record: nothing is pending
+        # for it yet (a replaced file's records went with it).
+        self._pending.clear()
+        self._pending.append(_version_record())
 
     def add_event(self, event) -> bool:
         """Queue ``event``; False when it was dropped (closed, or the backlog
@@ -158,13 +226,12 @@ class RecordEventWriter:
         with self._lock:
             if self._closed:
                 return False
-            if self._pending_bytes + len(record) > MAX_PENDING_BYTES:
+            if self._pending.nbytes + len(record) > MAX_PENDING_BYTES:
                 self.dropped_records += 1
                 return False
             self._pending.append(record)
-            self._pending_bytes += len(record)
             # Past the size (while writes succeed) or the time since the last flush.
-            due = ((self._pending_bytes >= FLUSH_PENDING_BYTES and not self.failed_flushes)
+            due = ((self._pending.nbytes >= FLUSH_PENDING_BYTES and not self.failed_flushes)
                    or time.monotonic() - self._last_flush >= self._flush_secs)
         if due:
             self.flush()
@@ -201,31 +268,23 @@ class RecordEventWriter:
         # Records encoded for the old file may lean on tag metadata that went
         # with it: start clean, and let the summary writer re-send metadata.
         self._pending.clear()
-        self._pending_bytes = 0
         self.notices.append(f"event file {self.path} was deleted while the job ran; writing a new one")
         self._open_file()
 
     def _write_records(self) -> None:
-        data = b"".join(self._pending)
-        view = memoryview(data)
         sent = 0
         try:
-            while sent < len(data):  # unbuffered: nothing is left behind in a buffer on failure
-                sent += os.write(self._fd, view[sent:])
+            with self._pending.view() as view:
+                while sent < len(view):  # unbuffered: nothing is left behind in a buffer on failure
+                    sent += os.write(self._fd, view[sent:])
         finally:
             self._keep_complete(sent)
 
     def _keep_complete(self, sent: int) -> None:
         """After writing ``sent`` bytes of the pending records: keep the whole
         records written, cut the file back to the last of them, keep the rest."""
-        done = 0
-        whole = 0
-        for record in self._pending:
-            if whole + len(record) > sent:
-                break
-            whole += len(record)
-            done += 1
-        if whole < self._pending_bytes:
+        done, whole = self._pending.whole(sent)
+        if whole < self._pending.nbytes:
             # A failed write may have left part of a record (even bytes it did
             # not report): cut the file back to the last whole record.
             try:
@@ -233,14 +292,12 @@ class RecordEventWriter:
             except OSError:
                 pass
         self._written += whole
-        del self._pending[:done]
-        self._pending_bytes -= whole
+        self._pending.drop(done)
 
     def _forget_after_fork(self) -> None:
         """In a forked child: this copy of the writer must not write the parent's records."""
         self._lock = threading.Lock()  # a lock held by a parent thread stays held in the child
         self._pending.clear()
-        self._pending_bytes = 0
         self._closed = True
         if self._fd is not None:
             try:
@@ -292,8 +349,9 @@ class SegmentedEventWriter:
         self._close_timeout_s = float(CLOSE_TIMEOUT_S if close_timeout_s is None else close_timeout_s)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        # A flush's worth of records (flush_secs of samples) in buffers
+        # allocated once, as the local writer's (see PendingRecords).
+        self._pending = PendingRecords(FLUSH_PENDING_BYTES + 4096)
         self._closed = False  # no more records accepted
         self._stop = False  # the uploader should finish
         self._flush_wanted = False
@@ -343,11 +401,10 @@ class SegmentedEventWriter:
         with self._lock:
             if self._closed:
                 return False
-            if self._pending_bytes + len(record) > MAX_PENDING_BYTES:
+            if self._pending.nbytes + len(record) > MAX_PENDING_BYTES:
                 self.dropped_records += 1
                 return False
             self._pending.append(record)
-            self._pending_bytes += len(record)
             self._ensure_thread()
             if time.monotonic() - self._last_upload >= self._flush_secs:
                 self._wake.notify()
@@ -392,7 +449,6 @@ class SegmentedEventWriter:
                            f"({self.last_error or 'timed out'})")
                 self.notices.append(message)
                 self._pending.clear()
-                self._pending_bytes = 0
 
     # -- the uploader --------------------------------------------------------
 
@@ -420,9 +476,9 @@ class SegmentedEventWriter:
                     if self._stop:
                         wake_at = min(wake_at, close_deadline)
                     self._wake.wait(max(0.01, wake_at - now))
-                batch, size = self._take_batch()
-                index, prefix = self._target(size)
-            body = prefix + b"".join(batch)
+                batch, count = self._take_batch()
+                index, prefix = self._target(len(batch))
+            body = prefix + batch
             started = time.perf_counter()
             error = None
             try:
@@ -440,8 +496,7 @@ class SegmentedEventWriter:
                     self.uploaded_bytes += len(body)
                     self.upload_seconds += spent
                     self._segment, self._segment_data = index, body
-                    del self._pending[:len(batch)]
-                    self._pending_bytes = max(0, self._pending_bytes - size)
+                    self._pending.drop(count)
                     self.failed_flushes = 0
                     self._retry_at = 0.0
                     if not self._pending:
@@ -460,15 +515,13 @@ class SegmentedEventWriter:
                                        self.logdir, self.last_error, MAX_PENDING_BYTES >> 10)
                 self._wake.notify_all()
 
-    def _take_batch(self) -> tuple[list[bytes], int]:
-        """Pending records for one put: at least one, at most about a segment."""
-        batch, size = [], 0
-        for record in self._pending:
-            if batch and size + len(record) > self._segment_bytes:
-                break
-            batch.append(record)
-            size += len(record)
-        return batch, size
+    def _take_batch(self) -> tuple[bytes, int]:
+        """(the bytes, the number) of the pending records for one put: at
+        least one, at most about a segment."""
+        count, size = self._pending.whole(self._segment_bytes)
+        count, size = (count, size) if count else self._pending.whole(self._pending.first_end())
+        with self._pending.view() as view:
+            return bytes(view[:size]), count
 
     def _target(self, size: int) -> tuple[int, bytes]:
         """(segment index, bytes already in it) for a put of ``size`` new bytes."""
@@ -483,6 +536,5 @@ class SegmentedEventWriter:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending.clear()
-        self._pending_bytes = 0
         self._closed = self._stop = True
         self._thread = None
