@@ -918,7 +918,14 @@ def _run_verdict(by_role, culprits, explained) -> tuple[str, float, str]:
 
     within = []
     if blocks is not None and immaterial(blocks) and (malloc is None or immaterial(malloc)):
-        within = [c for c in evidence if c.kind in ("object_type", "container")]
+        # A runtime registry's items (the default graph's collections, the
+        # py-function registry) are counts like a container's: in eager mode
+        # every lookup table adds a None to the default graph's collections,
+        # 8 bytes a step. They may also keep native state the blocks do not
+        # see (a graph a custom gradient pins), so they are set aside only
+        # where the C allocator is measured and immaterial too.
+        within = [c for c in evidence if c.kind in ("object_type", "container")
+                  or (c.kind == "runtime" and malloc is not None)]
         evidence = [c for c in evidence if c not in within]
     if evidence:
         top = evidence[0]  # culprits arrive ranked
@@ -929,7 +936,8 @@ def _run_verdict(by_role, culprits, explained) -> tuple[str, float, str]:
         flat = (t.reason.split(":")[0] if t.verdict == "no_leak" else
                 f"{fmt(t.slope_per_step, t.unit)}/step, under the {fmt(t.materiality, t.unit)}/step that is "
                 f"material")
-        note = (f"; {_describe(within[0])} grows ({within[0].evidence}), within Python's memory, which "
+        where = "the memory measured" if within[0].kind == "runtime" else "Python's memory"
+        note = (f"; {_describe(within[0])} grows ({within[0].evidence}), within {where}, which "
                 f"does not grow materially ({flat}).")
     if explained:
         tag, why = next(iter(explained.items()))
