@@ -307,3 +307,21 @@ def test_held_by_json_format(tmp_path):
                              [1], [0.0], [1.0])
     warnings = []
     assert read_traces([bad], warnings) == {} and warnings
+
+
+def test_a_scan_trace_keeps_only_paths_into_the_program():
+    """Arrays traced from the numpy scan (no buffer chosen yet) include a
+    library's own (numpy's ``ma.masked_singleton``) and arrays whose holder the
+    collector does not track (an instance dict of arrays only): those paths,
+    a library's global and "held outside Python", name nothing the program
+    can change, and must not stand first in the culprit's trace (seen on a
+    loaded CI machine: ``loop_rebound_attribute``'s numpy bytes "held outside
+    Python" above ``Bank.rows``)."""
+    from tb_leak_plugin.capture.online import _into_the_program
+
+    assert not _into_the_program([{"kind": "native", "owner": "ndarray"}])
+    assert not _into_the_program([{"kind": "global", "name": "numpy.ma.masked_singleton"}])
+    assert not _into_the_program([])
+    assert _into_the_program([{"kind": "global", "name": "__main__.KEPT_GLOBAL"}])
+    assert _into_the_program([{"kind": "local", "owner": "loop", "name": "bank", "where": "x.py:1"},
+                              {"kind": "attribute", "owner": "Bank", "name": "rows"}])

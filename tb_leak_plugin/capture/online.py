@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import array
 import collections
-
+import dataclasses
 import gc
 import numpy as np
 import itertools
@@ -726,13 +726,22 @@ class LeakWatch:
             self._deadline = deadline  # only one trace beyond the budget
             if not result.held_by and not result.complete:
                 continue  # cut short by the time left: tried again at a later walk
-            self._traced[key] = (self._walks, live)
-            if self._from_scan and all(not h.hops or h.hops[0].get("kind") == "native" for h in result.held_by):
+            if self._from_scan:
                 # Arrays reached through what the collector untracks (tuples
-                # of arrays and numbers in a running function's list) show no
-                # referrer: a path that names nothing would stand before the
-                # container that holds them.
-                continue
+                # of arrays and numbers in a running function's list, an
+                # instance's dict of arrays only) show no referrer, and the
+                # scan also reaches a library's own arrays (numpy's
+                # ``ma.masked_singleton``): a path that names nothing, or a
+                # library's global, would stand before the program's holder.
+                # Only paths into the program are kept; with none, the
+                # culprit is traced again at a later walk (by then a buffer
+                # the scan of the program's objects saw grow, see
+                # _growth_holding_arrays).
+                kept = [h for h in result.held_by if _into_the_program(h.hops)]
+                if not kept:
+                    continue
+                result = dataclasses.replace(result, held_by=kept)
+            self._traced[key] = (self._walks, live)
             if kind is not None:
                 done_here[id(kind)] = (result, live, new, since)
             detail = _trace_detail(culprit, step, live, new, since, result)
@@ -1136,6 +1145,19 @@ def _program_module(name) -> bool:
 
 
 _program_names_cache: tuple = (-1, ())
+
+
+def _into_the_program(hops) -> bool:
+    """Whether a path starts anywhere but outside Python (``native``) or at a
+    global of a library's module."""
+    if not hops or not isinstance(hops[0], dict):
+        return False
+    first = hops[0]
+    if first.get("kind") == "native":
+        return False
+    if first.get("kind") == "global":
+        return _program_module(str(first.get("name", "")).rpartition(".")[0])
+    return True
 
 
 def _program_module_names() -> tuple:
