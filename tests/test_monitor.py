@@ -271,7 +271,7 @@ def test_monitor_stays_within_overhead_budget(tmp_path):
     allowance = 2.0 * after["contention"]
     assert after["monitor_seconds"] <= watch * (0.01 * after["train_seconds"] + allowance + final_walk) + slack, after
     # Four seconds are enough to judge: many cheap samples, several heap walks.
-    # (About 150 cheap samples on an idle machine; 85 where the heap walks
+    # (About 470 cheap samples on an idle machine; 85 where the heap walks
     # measured the contention at its cap of 4, two TensorFlow jobs beside a
     # clean-clone CI run: each sample's wall time grows with the load.)
     assert after["units"]["cheap"]["runs"] >= 50, after
