@@ -193,6 +193,7 @@ def test_pending_records_written_in_part_keep_the_rest_in_order():
     with pending.view() as view:
         assert bytes(view) == b"".join(records[5:]) + b"tail"
     assert pending.whole(0) == (0, 0)
+    assert pending.whole(0, at_least_one=True) == (1, len(records[5]))  # a record past a segment still goes
     pending.drop(len(pending))
     assert len(pending) == 0 and pending.nbytes == 0 and not pending
 

@@ -83,8 +83,9 @@ class PendingRecords:
     analysis reads the current growth. Here the bytes go into one
     ``bytearray`` and each record's end into one ``array``, both sized for a
     flush's worth of records and reused: steady use allocates nothing that
-    outlives a call. They grow (and stay grown) only while writes fail and a
-    backlog builds, up to ``MAX_PENDING_BYTES``."""
+    outlives a call. They grow (and stay grown) only past a flush's worth: a
+    backlog while writes fail (up to ``MAX_PENDING_BYTES``), or the records a
+    remote writer keeps between its timed uploads."""
 
     __slots__ = ("_data", "_ends", "nbytes", "count")
 
@@ -112,12 +113,12 @@ class PendingRecords:
         """The pending bytes (release the view before the next ``append``)."""
         return memoryview(self._data)[:self.nbytes]
 
-    def first_end(self) -> int:
-        return self._ends[0] if self.count else 0
-
-    def whole(self, sent: int) -> tuple[int, int]:
-        """(records, bytes) of the whole records within the first ``sent`` bytes."""
+    def whole(self, sent: int, at_least_one: bool = False) -> tuple[int, int]:
+        """(records, bytes) of the whole records within the first ``sent``
+        bytes (``at_least_one``: the first record however large, if any)."""
         k = bisect.bisect_right(self._ends, sent, 0, self.count)
+        if at_least_one and not k and self.count:
+            k = 1
         return k, (self._ends[k - 1] if k else 0)
 
     def drop(self, records: int) -> None:
@@ -518,8 +519,7 @@ class SegmentedEventWriter:
     def _take_batch(self) -> tuple[bytes, int]:
         """(the bytes, the number) of the pending records for one put: at
         least one, at most about a segment."""
-        count, size = self._pending.whole(self._segment_bytes)
-        count, size = (count, size) if count else self._pending.whole(self._pending.first_end())
+        count, size = self._pending.whole(self._segment_bytes, at_least_one=True)
         with self._pending.view() as view:
             return bytes(view[:size]), count
 
