@@ -389,7 +389,9 @@ EXPECTED_CAUSE = {
     "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("op", "op_retains")),
     "plain_python": ("tensors", "numpy"),
     "v1_graph_growth": ("graph", "graph_grows"),
-    "session_per_step": ("object_type", "Session"),
+    # The sessions by type, or the default-session stack that keeps them (a
+    # container culprit: `_default_session_stack → ... → list of InteractiveSession`).
+    "session_per_step": (("object_type", "Session"), ("container", "_default_session_stack")),
     "inplace_updates": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("container", "`kept`"),
                         ("op", "op_retains")),
     "function_per_step": (("retracing", "eager context functions"), ("retracing", "train_step")),
