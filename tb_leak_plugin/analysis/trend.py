@@ -384,13 +384,14 @@ def _level_shift(t, y, noise_var, policy) -> int:
     tail_x = np.cumsum(x[::-1])[::-1]
     # At least two samples after it: a last sample alone that falls is for
     # the run to judge (a release at close, see report._final_release).
-    # Before it, two are enough: the segment's start is not where its jump
+    # Before it, one is enough: the segment's start is not where its jump
     # is (the current segment keeps a share of the run, and its first points
     # are trimmed), so a jump may come a sample or two into it (a heap
     # walk's allocations two samples after the start, 64 KiB a step
     # exactly on both sides, read as a shift at the fourth sample and a
-    # wide slope, stayed undecided).
-    c = np.arange(min(L, 2), n - max(L, 2) + 1)
+    # wide slope, stayed undecided; one sample in, at the third: leak, but
+    # with a slope interval ten times too wide).
+    c = np.arange(1, n - max(L, 2) + 1)
     if c.size == 0:
         return 0
     k = (n - c).astype(np.float64)
