@@ -574,20 +574,19 @@ BEHAVIOURS = {f.__name__: f for f in (
 
 
 # ``run NAME LOGDIR --min-walks N`` (the tests): a loop run by ``_train`` goes on
-# past its steps, 50 at a time and up to 10 times its length, until the
+# past its steps, 50 at a time and up to 5 times its length, until the
 # monitor has walked the heap N times, the last of them in the second half of
 # the steps run (the walk at close() then follows walks that reach close to
 # it, see POLICY.release_gap_share). How many walks a 1-s run buys, and when,
 # depends on how loaded the machine is (the allowance pays for a few walks at
 # the start; after it, a walk every cost/0.8% seconds of training); a test of
 # verdicts needs a known amount of evidence, not a race against the clock.
-# Ten times at most: a scenario run far past its length is another scenario
+# Five times at most: a scenario run far past its length is another scenario
 # (a clean twin keeping a float a step, run ~17 times its 2,000 steps on a
 # loaded machine, kept ~35,000 floats: 2.4% of its process's Python blocks,
-# which was material at that length before blocks were judged against the
-# process's memory, see Policy.block_bytes).
+# material by the policy at that length).
 MIN_WALKS = 0
-MAX_STRETCH = 10
+MAX_STRETCH = 5
 
 
 def _heap_walks(monitor) -> int:

@@ -31,16 +31,9 @@ class Policy:
     # whose level is near zero (TensorFlow's allocator on a small model).
     bytes_floor: float = 256 * 1024
     # Python's allocated blocks are memory too (a block is an object's
-    # memory, ~64 bytes on average), with a floor of about the same bytes.
-    # They are a part of the process's memory and held to the same share of
-    # the whole (the process's resident memory, at this many bytes a block)
-    # where that is more than their own level: Python's heap is a few
-    # percent of a TensorFlow process, and a float kept a step (one block)
-    # reached a share of its level material to no one (~35,000 floats of a
-    # loss history in an eager TensorFlow process: 2.4% of its Python
-    # blocks, under 1% of its 260 MB, called a leak).
+    # memory, ~64 bytes on average): held to the same share of their level,
+    # with a floor of about the same bytes.
     blocks_floor: float = 4096.0
-    block_bytes: float = 64.0
     # A count (objects of a type, live tensors, traces, a container's length)
     # is a material leak when it grows by more than this over the run so far:
     # counts are exact, and one or two increments (a function traced once more
@@ -177,17 +170,14 @@ class Policy:
     # must be for an inconclusive series to be decided.
     decide_horizons: tuple = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0)
 
-    def materiality(self, unit: str, level: float, span_steps: float, whole_bytes: float | None = None) -> float:
+    def materiality(self, unit: str, level: float, span_steps: float) -> float:
         """The growth per step that is material for a series of ``unit``
-        whose level is ``level`` and whose samples span ``span_steps`` steps;
-        ``whole_bytes``: the memory of the process it is a part of."""
+        whose level is ``level`` and whose samples span ``span_steps`` steps."""
         span = max(float(span_steps), 1.0)
         level = abs(level) if math.isfinite(level) else 0.0
         if unit == "bytes":
             return max(self.bytes_share * level, self.bytes_floor) / span
         if unit == "blocks":
-            if whole_bytes is not None and math.isfinite(whole_bytes) and whole_bytes > 0:
-                level = max(level, whole_bytes / self.block_bytes)
             return max(self.bytes_share * level, self.blocks_floor) / span
         return max(self.count_floor / span, self.count_rate_floor)
 

@@ -69,7 +69,7 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 
 def assess(series: Series, available_bytes: float | None = None,
            judged_measures: frozenset = frozenset(), full: Series | None = None,
-           collected: Series | None = None, whole_bytes: float | None = None) -> SeriesReport:
+           collected: Series | None = None) -> SeriesReport:
     """Assess one series (context series are described, not judged).
 
     ``full``: the ``gc/full_collection`` series (whether each heap walk's
@@ -78,9 +78,7 @@ def assess(series: Series, available_bytes: float | None = None,
     program let go of its objects, and one that grows only by garbage.
     ``collected``: the ``gc/collected`` series (unreachable objects each
     walk's collection found), which tells memory that falls at the last walk
-    because the program let go of it from memory the collector freed.
-    ``whole_bytes``: the process's memory, which a series counted in blocks
-    is a part of (its materiality, see ``Policy.materiality``)."""
+    because the program let go of it from memory the collector freed."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -100,7 +98,6 @@ def assess(series: Series, available_bytes: float | None = None,
             # count's fall is the program's only where it is larger than
             # what that collection found.
             final_release=_final_release(series, role, full, collected),
-            whole_bytes=whole_bytes,
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
@@ -328,18 +325,6 @@ def _available_bytes(run: RunData) -> float | None:
     return _memory_left(run)[0]
 
 
-def _process_memory(run: RunData) -> float | None:
-    """The process's resident memory (median of its samples): the whole that
-    Python's blocks are a part of."""
-    for tag in ("leak/process/rss_anon_bytes", "leak/process/rss_bytes"):
-        series = run.series.get(tag)
-        if series is not None and len(series):
-            finite = series.values[np.isfinite(series.values)]
-            if finite.size:
-                return float(np.median(finite))
-    return None
-
-
 def _memory_left(run: RunData) -> tuple[float | None, tuple | None]:
     """Memory left to the process at its last sample, and the limit it is
     left under (``(name, bytes)`` from the series' detail; None for logdirs
@@ -473,7 +458,6 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
     full = run.series.get("leak/gc/full_collection")
     collected = run.series.get("leak/gc/collected")
     windows = _profiler_windows(run)
-    whole = _process_memory(run)
     reports = []
     for series in run.series.values():
         if series.info.group == HELD_BY_GROUP:
@@ -481,7 +465,7 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
         available, limit = _left_for(series, process_left)
         report = assess(_outside(_with_earlier_points(series), windows, warnings)
                         if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
-                        available, measures, full, collected, whole)
+                        available, measures, full, collected)
         if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
             report.memory_limit, report.memory_limit_bytes = limit
         reports.append(report)

@@ -62,7 +62,7 @@ class _Fit:
 
 
 def assess_series(steps, values, wall_times=None, *, unit="bytes", available_bytes=None,
-                  min_samples=None, final_release=False, whole_bytes=None, policy: Policy = POLICY) -> TrendResult:
+                  min_samples=None, final_release=False, policy: Policy = POLICY) -> TrendResult:
     """Decide whether one series still grows by a material amount.
 
     ``steps``/``values``/``wall_times``: one sample per step, any order,
@@ -71,8 +71,6 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     ``final_release``: leave out a last sample that falls most of the way back
     to the start (the loop's data freed after it returned; for series whose
     fall is the program's, see `report._final_release`).
-    ``whole_bytes``: for a part of the process's memory counted in blocks,
-    the process's memory (see ``Policy.materiality``).
     Never raises on numeric input of any length.
     """
     t, y, w, dropped = _prepare(steps, values, wall_times)
@@ -92,7 +90,7 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     tb, yb = _blocks(t, y, policy.max_blocks)
     fit = _fit_current(tb, yb, unit, policy, raw=(t, y) if y.size <= 2 * policy.max_blocks else None)
     span = float(t[-1] - t[0])
-    material = policy.materiality(unit, float(median(np.abs(yb))), span, whole_bytes)
+    material = policy.materiality(unit, float(median(np.abs(yb))), span)
     return _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy)
 
 
