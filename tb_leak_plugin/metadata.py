@@ -302,7 +302,8 @@ def hop_text(hop) -> str:
         return _bound(hop)
     kind, owner, name = hop.get("kind"), hop.get("owner") or "?", hop.get("name") or "?"
     if kind == "global":
-        text = f"global `{name}`"
+        keys = hop.get("keys")
+        text = f"global `{name}` ({keys:,} names)" if isinstance(keys, int) and keys > 1 else f"global `{name}`"
     elif kind == "local":
         text = f"{owner}() local `{name}` ({hop.get('where') or '?'})"
     elif kind == "class_attribute":
@@ -365,6 +366,12 @@ def wildcard(hop: dict) -> dict:
         return {"kind": "repeat", "name": hop.get("name")}
     if hop.get("kind") == "elided":
         return {"kind": "elided", "name": "n"}  # paths of different lengths with the same two ends
+    if hop.get("kind") == "global":
+        # A module's global is a string key of the module's dict: modules
+        # made at run time under numbered names (``pf_description28``, one
+        # imported per trial and kept in sys.modules) are one path too.
+        pattern = _DIGITS.sub("*", hop.get("name") or "")
+        return hop if pattern == hop.get("name") else {**hop, "name": pattern}
     if hop.get("kind") != "key" or hop.get("key_type") != "str":
         return hop
     pattern = _DIGITS.sub("*", hop.get("name") or "")

@@ -689,3 +689,47 @@ def test_a_runtime_registry_is_not_set_aside_without_the_c_allocator():
     report = build_run_report(_table_initializers_eager(with_malloc=False))
     assert report.verdict == "leak", report.reason
     assert report.culprits[0].kind == "runtime"
+
+
+def _timer_heap_four_walks(edit=None):
+    """Recorded (held-out s98, opened: cancelled timeouts kept in a heap, ~1
+    timer, request and two tensors a step, let go when the loop returned):
+    a 12,000-step run whose heap walks a loaded machine paid for at steps 0,
+    861 and 1,106, then only close() at step 11,999. RSS is sampled all
+    along and leaks."""
+    import json
+    import os
+
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", "timer_heap_let_go_four_walks.npz"))
+    series = []
+    for i, meta in enumerate(json.loads(str(data["meta"]))):
+        info = SeriesInfo(meta["group"], meta["measure"], meta["unit"], meta["subject"], detail=meta["detail"])
+        values = data["%d_values" % i].copy()
+        if edit is not None:
+            values = edit(info, values)
+        series.append(Series.from_points(info.tag, info, data["%d_steps" % i], data["%d_walls" % i], values))
+    return _run(*series)
+
+
+def test_three_walks_before_a_release_at_close_name_what_grew_with_the_leak():
+    """Three walks before the release (the baseline and two) are a line with
+    one residual degree of freedom: exact counts of a steady leak (1, 862,
+    1,107 timers) clear alpha_shown and are named with the leak; counts that
+    rose once and then stayed (a warm-up: 1, 862, 862) are not (fails on a
+    rule that needed four walks before the release: only RSS was named)."""
+    report = build_run_report(_timer_heap_four_walks())
+    assert report.verdict == "leak", report.reason
+    top = [c.name for c in report.culprits[:3]]
+    assert any("TimerHandle" in n or "BatchRequest" in n for n in top), top
+    named = next(c for c in report.culprits if "TimerHandle" in c.name)
+    assert "let go at the last walk (step 11999)" in named.evidence, named.evidence
+
+    def warm_up(info, values):
+        if "TimerHandle" in info.subject or "BatchRequest" in info.subject:
+            values[2] = values[1]
+        return values
+
+    stepped = build_run_report(_timer_heap_four_walks(warm_up))
+    assert stepped.verdict == "leak"
+    assert not any("TimerHandle" in c.name or "BatchRequest" in c.name for c in stepped.culprits), \
+        [c.name for c in stepped.culprits]

@@ -733,10 +733,15 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
             # With the counts seen before it was named, as its verdict was reached.
             series = _with_earlier_points(series) if series is not None else None
             if report.trend is None or report.verdict == "leak" or series is None \
-                    or len(series) <= POLICY.min_samples or not falls_back_at_end(series.steps, series.values):
+                    or len(series) < POLICY.min_samples or not falls_back_at_end(series.steps, series.values):
                 continue
+            # Three walks before the release (a short run's census: the
+            # baseline and two) are a line with one residual degree of
+            # freedom: attribution only (below), where exact counts of a
+            # steady leak pass alpha_shown (t > 318) and a warm-up's step
+            # does not.
             before = assess_series(series.steps[:-1], series.values[:-1], series.wall_times[:-1],
-                                   unit=series.info.unit)
+                                   unit=series.info.unit, min_samples=POLICY.min_samples - 1)
             if before.verdict != "leak":
                 # The run leaks by memory sampled all along; which of the
                 # series seen at a few walks grew with it is attribution, not

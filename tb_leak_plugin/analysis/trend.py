@@ -149,10 +149,10 @@ def _drop_spikes(t, y, w, policy):
     return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
 
 
-def _drop_final_release(t, y, w, policy):
+def _drop_final_release(t, y, w, policy, least=5):
     """Leave out a last sample that falls more than half way back after a
     rise, when the samples before it come close to it (see the policy)."""
-    if y.size < 5 or float(t[-1] - t[-2]) > policy.release_gap_share * float(t[-2] - t[0]):
+    if y.size < least or float(t[-1] - t[-2]) > policy.release_gap_share * float(t[-2] - t[0]):
         return t, y, w, 0
     grown = float(y[-2] - np.min(y[:-1]))
     rising = np.count_nonzero(np.diff(y[:-1]) > 0) >= 0.6 * (y.size - 2)
@@ -164,10 +164,12 @@ def _drop_final_release(t, y, w, policy):
 def falls_back_at_end(steps, values, policy: Policy = POLICY) -> bool:
     """Whether the last sample falls more than half way back after a rise,
     however far it lies from the samples before it (a release at close that
-    ``final_release`` may not leave out, see the policy's release_gap_share)."""
+    ``final_release`` may not leave out, see the policy's release_gap_share):
+    a rise through the three walks before it is enough here (a run's
+    shortest census, the baseline and two walks)."""
     t, y, _w, _dropped = _prepare(steps, values, None)
     reach = dataclasses.replace(policy, release_gap_share=math.inf)
-    return _drop_final_release(t, y, None, reach)[3] == 1
+    return _drop_final_release(t, y, None, reach, least=4)[3] == 1
 
 
 def _blocks(t, y, max_blocks):

@@ -245,7 +245,7 @@ class LeakWatch:
         self._walk_held: list = []     # ... and an object's buffer (None for the others)
         self._locals_analyses = 0
         self._rise_streak = 0         # walks in a row at which a census count rose
-        self._baseline = None         # sorted ids of the objects at WATCH.baseline_walk
+        self._baseline = None         # sorted keys (see _object_keys) of the objects at WATCH.baseline_walk
         self._baseline_step = 0
         self._fresh = None            # the objects made since the baseline, during one walk
         self._early_analyses = 0
@@ -330,7 +330,7 @@ class LeakWatch:
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
             self._fresh = None
             if self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
-                self._baseline = np.sort(np.fromiter(map(id, census.objects), np.int64, len(census.objects)))
+                self._baseline = np.sort(_object_keys(census.objects))
                 self._baseline_step = step
             if extra:
                 write(step, extra, wall_time)
@@ -696,7 +696,7 @@ class LeakWatch:
                 fresh = _not_marked(instances, mark[1], mark[4])
                 since = mark[0]
             elif kind is not None and self._baseline is not None and self._baseline_step < step:
-                fresh = _not_marked(instances, self._baseline)
+                fresh = _not_in_baseline(instances, self._baseline)
                 since = self._baseline_step
             else:
                 fresh, since = instances, None
@@ -801,18 +801,19 @@ class LeakWatch:
         self.trace_seconds += time.perf_counter() - started
 
     def _fresh_objects(self, census):
-        """The census's objects made since the baseline walk (by id: one
-        whose address an older object had is taken for old), or None."""
+        """The census's objects made since the baseline walk (by address
+        and type, see _object_keys: one at the address an older object of
+        its type had is taken for old), or None."""
         if self._baseline is None or len(census.objects) > WATCH.max_baseline_objects:
             return None
         if self._fresh is None:
             started = time.perf_counter()
             objects = census.objects
-            ids = np.fromiter(map(id, objects), np.int64, len(objects))
-            where = np.searchsorted(self._baseline, ids)
+            keys = _object_keys(objects)
+            where = np.searchsorted(self._baseline, keys)
             where[where >= self._baseline.size] = 0
-            new = np.flatnonzero(self._baseline[where] != ids)
-            ids = where = None
+            new = np.flatnonzero(self._baseline[where] != keys)
+            keys = where = None
             self._fresh = [objects[i] for i in new] if new.size <= WATCH.max_fresh else []
             self.trace_seconds += time.perf_counter() - started  # part of the traces' cost
         return self._fresh or None
@@ -1156,7 +1157,8 @@ def _into_the_program(hops) -> bool:
     if first.get("kind") == "native":
         return False
     if first.get("kind") == "global":
-        return _program_module(str(first.get("name", "")).rpartition(".")[0])
+        # (One of the names, where modules of numbered names were one path.)
+        return _program_module(str(first.get("first") or first.get("name", "")).rpartition(".")[0])
     return True
 
 
@@ -1379,6 +1381,34 @@ def _share_mask(ids: np.ndarray, share: int) -> np.ndarray:
         return np.ones(ids.size, bool)
     hashed = (ids.view(np.uint64) >> np.uint64(4)) * _HASH
     return (hashed >> np.uint64(40)) % np.uint64(share) == 0
+
+
+def _object_keys(objects) -> np.ndarray:
+    """A key per object from its address and its type's, for telling the
+    objects made since a baseline walk from those it saw. The address alone
+    is not enough: the allocator hands a freed object's block to the next
+    object of its size, of whatever type, so in a program that churns most
+    addresses in use later were in use at the baseline too (900 module specs
+    registered after it, every one at the address of some object of the
+    baseline that had since been freed, were all taken for old and the trace
+    of the leak found nothing new). Keyed with the type as well, a new object
+    is taken for old only where an object of its own type lay before it."""
+    count = len(objects)
+    ids = np.fromiter(map(id, objects), np.int64, count).view(np.uint64)
+    kinds = np.fromiter(map(id, map(type, objects)), np.int64, count).view(np.uint64)
+    return (ids ^ (kinds * _HASH)).view(np.int64)
+
+
+def _not_in_baseline(instances: list, baseline: np.ndarray) -> list:
+    """The instances whose key (see _object_keys) is not among the sorted
+    ``baseline`` keys."""
+    if not instances:
+        return []
+    keys = _object_keys(instances)
+    where = np.searchsorted(baseline, keys)
+    where[where >= baseline.size] = 0
+    new = baseline[where] != keys if baseline.size else np.ones(keys.size, bool)
+    return [instances[i] for i in np.flatnonzero(new)]
 
 
 def _in_share(ids: np.ndarray, share: int) -> np.ndarray:

@@ -849,7 +849,7 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             groups[signature] = groups.get(signature, 0) + 1
             keys = concrete.setdefault(signature, {})
             for position, hop in enumerate(path):
-                if hop.get("kind") == "key" and hop.get("key_type") == "str":
+                if (hop.get("kind") == "key" and hop.get("key_type") == "str") or hop.get("kind") == "global":
                     names = keys.setdefault(position, set())
                     if len(names) < 4096:
                         names.add(hop.get("name"))
@@ -864,7 +864,9 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             hops = list(first_hops[sig])
             for position, names in concrete[sig].items():
                 if len(names) > 1:
-                    hops[position] = {**wildcard(hops[position]), "keys": len(names)}
+                    hops[position] = {**wildcard(hops[position]), "keys": len(names),
+                                      **({"first": hops[position].get("name")}
+                                         if hops[position].get("kind") == "global" else {})}
             for position, hop in enumerate(hops):
                 if hop.get("kind") == "repeat":
                     low, high = repeats.get((sig, position), (hop["count"], hop["count"]))
