@@ -325,3 +325,40 @@ def test_a_scan_trace_keeps_only_paths_into_the_program():
     assert _into_the_program([{"kind": "global", "name": "__main__.KEPT_GLOBAL"}])
     assert _into_the_program([{"kind": "local", "owner": "loop", "name": "bank", "where": "x.py:1"},
                               {"kind": "attribute", "owner": "Bank", "name": "rows"}])
+
+
+def test_the_walk_asked_for_by_a_memory_leak_gets_its_analysis_with_the_budget_spent():
+    """Memory alone shows a leak between walks (arrays kept in a list grow no
+    type the census counts) and the watch asks for a walk to name the holder:
+    that walk runs its analysis even where the monitor's budget is spent (an
+    allowance is still to come), once or twice a run. Before, the walk found
+    the budget spent, nothing rose in the census, and the first analysis came
+    at close(), after the training function had let the arrays go."""
+    import numpy as np
+
+    from tb_leak_plugin.capture.online import LeakWatch
+    from tb_leak_plugin.capture.probes import Census
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
+    watch = LeakWatch("run")
+    kept = [object() for _ in range(50)]
+    for step in range(0, 400, 4):
+        watch.history.record(step, 1e9 + step, [(rss, 2e8 + 64e3 * step + 3e3 * np.sin(step))])
+    for step in (0, 100):
+        watch.after_walk(step, 1e9 + step, Census(list(kept)), lambda *a: None, walk_s=0.01,
+                         spare_s=0.0, advance_s=10.0)
+    assert watch.last_report is None or watch.last_report.verdict != "leak"
+    watch.between_walks(32)
+    assert watch.wants_walk
+    watch.after_walk(400, 1e9 + 400, Census(list(kept)), lambda *a: None, walk_s=0.01, spare_s=0.0,
+                     advance_s=10.0)
+    assert watch.last_report is not None and watch.last_report.verdict == "leak", watch.last_report
+    # Bounded: at most WATCH.early_analyses such walks a run.
+    for step in (500, 600, 700):
+        watch.history.record(step, 1e9 + step, [(rss, 2e8 + 64e3 * step)])
+        watch.after_walk(step, 1e9 + step, Census(list(kept)), lambda *a: None, walk_s=0.01, spare_s=0.0,
+                         advance_s=10.0)
+    from tb_leak_plugin.analysis.policy import WATCH
+
+    assert watch._early_analyses <= WATCH.early_analyses

@@ -269,7 +269,12 @@ class WatchPolicy:
     # trace) whatever the budget has left, at most this many times per run: in a
     # short run whose heap walks take the whole budget, the analysis would
     # otherwise wait for close(), when a leak a training function held in its
-    # locals has been let go and no trace can name its holder.
+    # locals has been let go and no trace can name its holder. The same for
+    # the walk asked for when memory alone showed a leak (between walks) and
+    # nothing named its holder yet: arrays kept in a list grow no type the
+    # census counts, and the walk the watch asked for to name their holder
+    # would otherwise find the budget spent (a pool's list of every worker
+    # thread's scratch array: 18 walks, no analysis after the third).
     early_analyses: int = 2
     # A local array is named as the holder of a series' growth only when it holds
     # at least this share of the growth over the series' current segment (the

@@ -349,7 +349,8 @@ class LeakWatch:
                 owed = self._limit - time.perf_counter() >= foreseen
                 self._locals_analyses += owed
             early = not owed and not census.final and self._early_analyses < WATCH.early_analyses \
-                and self._rise_streak >= WATCH.growing_walks and self._walks >= WATCH.min_walks_for_analysis \
+                and (self._rise_streak >= WATCH.growing_walks or (self._memory_leaks and not self._held_by)) \
+                and self._walks >= WATCH.min_walks_for_analysis \
                 and not (self.last_report is not None and self.last_report.verdict == "leak") \
                 and not (due and self._left() >= self.analysis_cost_s) \
                 and self._limit - time.perf_counter() >= foreseen
