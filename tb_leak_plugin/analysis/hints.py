@@ -209,8 +209,20 @@ _CONTAINERS = {
 }
 
 
+# Libraries' list, dict and set subclasses that hold an object's state (Keras
+# tracks a layer's sublayers, variables and losses in them; TensorFlow's
+# trackable wrappers): containers, ranked as the built-in ones are, after the
+# record that holds them (a model built per episode grows seven of them a
+# layer, and they outnumbered the layers and variables that leak).
+_LIBRARY_CONTAINERS = re.compile(
+    r"^(keras\.src\.utils\.tracking\.Tracked(List|Dict|Set)"
+    r"|tensorflow\.python\.trackable\.data_structures\.(ListWrapper|_DictWrapper|_TupleWrapper|List|Mapping))$")
+
+
 def hint_for_type(type_name: str) -> Hint:
     """The hint for a growing live-object type, by its qualified name."""
+    if _LIBRARY_CONTAINERS.match(type_name):
+        return HINTS["python_container"]
     if type_name == "weakref.KeyedRef":
         # Weak values of a WeakValueDictionary: TensorFlow's py-function
         # registry (FuncRegistry) holds one per registered callback.
