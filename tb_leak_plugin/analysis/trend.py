@@ -149,9 +149,12 @@ def _drop_spikes(t, y, w, policy):
     return t[keep], y[keep], (w[keep] if w is not None else None), int(np.count_nonzero(spike))
 
 
-def _drop_final_release(t, y, w, policy, least=5):
+def _drop_final_release(t, y, w, policy, least=None):
     """Leave out a last sample that falls more than half way back after a
-    rise, when the samples before it come close to it (see the policy)."""
+    rise, when the samples before it come close to it (see the policy), in a
+    series of at least ``least`` samples (default: one more than a series
+    needs to be judged, so that what is left can be)."""
+    least = policy.min_samples + 1 if least is None else least
     if y.size < least or float(t[-1] - t[-2]) > policy.release_gap_share * float(t[-2] - t[0]):
         return t, y, w, 0
     grown = float(y[-2] - np.min(y[:-1]))
@@ -169,7 +172,7 @@ def falls_back_at_end(steps, values, policy: Policy = POLICY) -> bool:
     shortest census, the baseline and two walks)."""
     t, y, _w, _dropped = _prepare(steps, values, None)
     reach = dataclasses.replace(policy, release_gap_share=math.inf)
-    return _drop_final_release(t, y, None, reach, least=4)[3] == 1
+    return _drop_final_release(t, y, None, reach, least=policy.min_samples)[3] == 1
 
 
 def _blocks(t, y, max_blocks):
