@@ -632,3 +632,16 @@ def test_a_memory_leak_with_no_holder_borrows_the_trace_of_what_grew_while_it_gr
     early = memory()
     holders.lend_earlier([early], [{**entry, "step": 500}], reports)
     assert "held_by" not in early.details
+
+
+def test_a_class_namespace_itself_is_never_a_container_holder():
+    """A class's own dict is filled when the class is made: a container whose
+    path is the namespace alone is not followed or named (a clean-clone CI
+    run named `namespace of class MaskedArray` above the program's list);
+    a class attribute's container still is."""
+    assert online._interpreter_root([{"kind": "class_namespace", "owner": "MaskedArray"}])
+    assert not online._interpreter_root([{"kind": "class_attribute", "owner": "Registry", "name": "items"}])
+    assert not online._interpreter_root([{"kind": "class_namespace", "owner": "Registry"},
+                                         {"kind": "key", "name": "items", "key_type": "str"}])
+    assert online._interpreter_root([{"kind": "global", "name": "sys.modules"}])
+    assert not online._interpreter_root([{"kind": "global", "name": "mymodule.cache"}])
