@@ -817,11 +817,7 @@ class LeakWatch:
         if self._fresh is None:
             started = time.perf_counter()
             objects = census.objects
-            keys = _object_keys(objects)
-            where = np.searchsorted(self._baseline, keys)
-            where[where >= self._baseline.size] = 0
-            new = np.flatnonzero(self._baseline[where] != keys)
-            keys = where = None
+            new = np.flatnonzero(_absent(self._baseline, _object_keys(objects)))
             self._fresh = [objects[i] for i in new] if new.size <= WATCH.max_fresh else []
             self.trace_seconds += time.perf_counter() - started  # part of the traces' cost
         return self._fresh or None
@@ -1412,11 +1408,16 @@ def _not_in_baseline(instances: list, baseline: np.ndarray) -> list:
     ``baseline`` keys."""
     if not instances:
         return []
-    keys = _object_keys(instances)
-    where = np.searchsorted(baseline, keys)
-    where[where >= baseline.size] = 0
-    new = baseline[where] != keys if baseline.size else np.ones(keys.size, bool)
-    return [instances[i] for i in np.flatnonzero(new)]
+    return [instances[i] for i in np.flatnonzero(_absent(baseline, _object_keys(instances)))]
+
+
+def _absent(known: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Which ``keys`` are not among the sorted ``known`` ones."""
+    if not known.size:
+        return np.ones(keys.size, bool)
+    where = np.searchsorted(known, keys)
+    where[where >= known.size] = 0
+    return known[where] != keys
 
 
 def _in_share(ids: np.ndarray, share: int) -> np.ndarray:
@@ -1429,11 +1430,7 @@ def _not_marked(instances: list, marked: np.ndarray, share: int = 1) -> list:
     if not instances:
         return []
     ids = np.fromiter(map(id, instances), np.int64, len(instances))
-    new = _share_mask(ids, share)
-    where = np.searchsorted(marked, ids)
-    where[where >= marked.size] = 0
-    if marked.size:
-        new &= marked[where] != ids
+    new = _share_mask(ids, share) & _absent(marked, ids)
     return [instances[i] for i in np.flatnonzero(new)]
 
 
