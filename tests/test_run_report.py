@@ -735,6 +735,52 @@ def test_three_walks_before_a_release_at_close_name_what_grew_with_the_leak():
         [c.name for c in stepped.culprits]
 
 
+def _recorded_run(name, edit=None):
+    import json
+    import os
+
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", name))
+    series = []
+    for i, meta in enumerate(json.loads(str(data["meta"]))):
+        info = SeriesInfo(meta["group"], meta["measure"], meta["unit"], meta["subject"], detail=meta["detail"])
+        values = data["%d_values" % i].copy()
+        if edit is not None:
+            values = edit(info, values)
+        series.append(Series.from_points(info.tag, info, data["%d_steps" % i], data["%d_walls" % i], values))
+    return _run(*series)
+
+
+def test_a_late_onset_between_walks_far_apart_is_named_from_the_walks_on_its_line():
+    """Recorded (held-out s196, opened: a disconnect listener, a closure and
+    a spent receiver kept per RPC in ``Context._signals['disconnect']`` from
+    step 13,500 of 45,000, let go when the loop returned). Heap walks at
+    steps 11,802, 13,750, 15,681 and 21,141, then only close(): the list's
+    lengths 0, 251, 2,182, 7,642, then 0. No segment can start at the onset
+    with three walks after it, and a line through all four is no line; the
+    last three are the onset's line, and name the list, its holder and the
+    receivers with the run's leak (fails on the rule that fitted all four:
+    only RSS was named). A list that stopped growing at its third walk is
+    not named."""
+    report = build_run_report(_recorded_run("rpc_listeners_late_onset_let_go.npz"))
+    assert report.verdict == "leak", report.reason
+    top = [c.name for c in report.culprits[:3]]
+    assert "_signals" in top[0] and "disconnect" in top[0], top
+    assert any(n.endswith("Receiver") for n in top), top
+    assert "let go at the last walk (step 44999)" in report.culprits[0].evidence
+
+    def stopped(info, values):
+        if info.group == "containers":
+            values[-2] = 2182.0  # 0, 251, 2,182, 2,182, then 0 (the lengths before are in its plugin data)
+        elif info.group == "objects":
+            values[-2] = values[-3]
+        return values
+
+    flat = build_run_report(_recorded_run("rpc_listeners_late_onset_let_go.npz", stopped))
+    assert flat.verdict == "leak"
+    assert not any("_signals" in c.name or c.name.endswith("Receiver") for c in flat.culprits), \
+        [c.name for c in flat.culprits]
+
+
 def test_a_library_s_container_subclasses_rank_after_the_record_that_holds_them():
     """A Keras layer built per episode and kept: each grows seven of Keras's
     tracking lists, dicts and sets, which outnumber the layers and variables

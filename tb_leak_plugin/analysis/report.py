@@ -740,8 +740,7 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
             # freedom: attribution only (below), where exact counts of a
             # steady leak pass alpha_shown (t > 318) and a warm-up's step
             # does not.
-            before = assess_series(series.steps[:-1], series.values[:-1], series.wall_times[:-1],
-                                   unit=series.info.unit, min_samples=POLICY.min_samples - 1)
+            before = _grew_before_release(series)
             if before.verdict != "leak":
                 # The run leaks by memory sampled all along; which of the
                 # series seen at a few walks grew with it is attribution, not
@@ -760,6 +759,29 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
             reports.append(dataclasses.replace(report, trend=dataclasses.replace(before, reason=reason)))
     return (census.object_culprits(revised[ROLE_OBJECTS]) + _tensor_culprits(revised[ROLE_TENSORS])
             + _container_culprits(revised[ROLE_CONTAINERS], run, "a container grew at every heap walk"))
+
+
+def _grew_before_release(series: Series):
+    """The trend of the walks before a release at close: all of them, or,
+    where that shows no growth, the last three. A leak that starts between
+    two walks far apart (a list made at a late onset: lengths 0, 251, 2,182
+    and 7,642 at steps 11,802 to 21,141, one a step from step 13,500) leaves
+    three walks on its line and the one before off it, and a current segment
+    has at least POLICY.min_segment points: no segment can start at the
+    onset, and a line through all four is no line. The last three alone are
+    the onset's line (the shortest census the release rule reads, see
+    falls_back_at_end); growth shown through them is attribution only, held
+    to the same alpha_shown."""
+    before = assess_series(series.steps[:-1], series.values[:-1], series.wall_times[:-1],
+                           unit=series.info.unit, min_samples=POLICY.min_samples - 1)
+    last = POLICY.min_samples - 1
+    if before.verdict == "leak" or len(series) - 1 <= last or (
+            before.leak_readings and growth_shown(before, POLICY.alpha_shown)):
+        return before
+    recent = assess_series(series.steps[-1 - last:-1], series.values[-1 - last:-1],
+                           series.wall_times[-1 - last:-1], unit=series.info.unit, min_samples=last)
+    return recent if recent.verdict == "leak" or (
+        recent.leak_readings and growth_shown(recent, POLICY.alpha_shown)) else before
 
 
 def _container_culprits(reports, run: RunData, what: str = "a container keeps growing") -> list[Culprit]:
