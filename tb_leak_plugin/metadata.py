@@ -34,6 +34,10 @@ GROUPS = ("process", "python", "tf", "tensors", "objects", "tf_function", "gc", 
 HELD_BY_GROUP = "held_by"
 HELD_BY_FORMAT = 1
 
+# A memory measure read at close() just before the last walk's collection is
+# written as ``gc/<measure>`` + this suffix (see Monitor._memory_before_collection).
+BEFORE_COLLECTION = "_before_collection"
+
 
 def _build_message_class():
     fdp = descriptor_pb2.FileDescriptorProto(

@@ -374,6 +374,38 @@ def test_each_heap_walk_writes_what_its_collection_found_and_types_named_later_c
     assert before[0][0] == 0 and before[0][2] <= 1  # its count at the first walk
 
 
+def test_close_reads_memory_before_the_last_collection(tmp_path):
+    """A training function keeps 200 small objects a step in a local list and
+    returns before close(): reference counts free them at once, so Python's
+    blocks read at close() just before the last walk's collection have
+    already fallen below the last sample of the loop; the reading after the
+    collection is written as the series' last point, as before."""
+    def train(monitor, sim):
+        kept = []
+        cheap = next(u for u in monitor._units if u.name == "cheap")
+        # Trains until a step the cheap probes did not sample: close()
+        # samples them at that step, after the loop returned.
+        for step in range(10_000):
+            kept.append([str(i) + "x" for i in range(200)])
+            sim.advance(0.001)
+            monitor.sample(step)
+            if step >= 400 and cheap.last_step != step:
+                return step
+
+    with clock.use(clock.SimulatedClock(real_costs=False)) as sim:
+        monitor = tbleak.Monitor(str(tmp_path / "run"))
+        last = train(monitor, sim)
+        monitor.close()
+    run = loading.load_run("run", str(tmp_path / "run"))
+    blocks = run.series["leak/python/allocated_blocks"]
+    before = run.series["leak/gc/allocated_blocks_before_collection"]
+    assert list(before.steps) == [last] and blocks.steps[-1] == last
+    # 80,000 strings and 400 lists freed when train() returned.
+    assert blocks.values[-2] - before.values[-1] > 40_000, (blocks.values[-3:], before.values)
+    assert {"leak/gc/malloc_bytes_before_collection", "leak/gc/rss_anon_bytes_before_collection"} \
+        <= set(run.series) or sys.platform != "linux"
+
+
 def test_the_last_walk_collects_fully_unless_the_program_makes_almost_no_cyclic_garbage(tmp_path):
     # At close(): cyclic garbage promoted to the oldest generation since the
     # last full collection (Keras models dropped by

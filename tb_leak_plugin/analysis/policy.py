@@ -140,6 +140,15 @@ class Policy:
     # deque(maxlen=500) on heap walks at steps 59, 152 and 328 of 5,000)
     # cannot be told from a leak.
     release_gap_share: float = 1.0
+    # Memory read at close() just before the last walk's collection that has
+    # already lost at least this share of what the memory fell by at the last
+    # walk was let go by the program (reference counts free the loop's data
+    # when it returns, before any collection runs), not freed by the
+    # collector: the fall is a release, left out (report._released_by_program).
+    # Half: the larger part of the fall came before the collection (a list of
+    # floats and a queue of events kept by a training function's locals had
+    # lost 99% of it; garbage freed by the collector loses none).
+    fell_before_collection_share: float = 0.5
     # Memory read right after a full collection holds no garbage. Growth at
     # least this share of the fitted rate between such readings is live
     # data's (report._grew_after_full_collections keeps a leak whose fall at

@@ -23,7 +23,7 @@ from tb_leak_plugin.metadata import hop_text
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series, falls_back_at_end, growth_ruled_out, growth_shown
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, clip01, finite_or_none as _finite_or_none, fmt
 from tb_leak_plugin.analysis.series import RunData, Series
-from tb_leak_plugin.metadata import HELD_BY_GROUP, parse_limit_detail
+from tb_leak_plugin.metadata import BEFORE_COLLECTION, HELD_BY_GROUP, parse_limit_detail
 
 # How a series takes part in the verdict.
 ROLE_MEMORY = "memory"      # bytes of process, heap, allocator: the verdict itself
@@ -69,7 +69,7 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 
 def assess(series: Series, available_bytes: float | None = None,
            judged_measures: frozenset = frozenset(), full: Series | None = None,
-           collected: Series | None = None) -> SeriesReport:
+           collected: Series | None = None, before: Series | None = None) -> SeriesReport:
     """Assess one series (context series are described, not judged).
 
     ``full``: the ``gc/full_collection`` series (whether each heap walk's
@@ -78,7 +78,10 @@ def assess(series: Series, available_bytes: float | None = None,
     program let go of its objects, and one that grows only by garbage.
     ``collected``: the ``gc/collected`` series (unreachable objects each
     walk's collection found), which tells memory that falls at the last walk
-    because the program let go of it from memory the collector freed."""
+    because the program let go of it from memory the collector freed;
+    ``before``: the same memory measure read just before the last walk's
+    collection (``gc/<measure>_before_collection``), which tells them apart
+    where it is there."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -97,12 +100,12 @@ def assess(series: Series, available_bytes: float | None = None,
             # final census collected garbage, which must count: an object
             # count's fall is the program's only where it is larger than
             # what that collection found.
-            final_release=_final_release(series, role, full, collected),
+            final_release=_final_release(series, role, full, collected, before),
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
     if role == ROLE_MEMORY and trend is not None and trend.verdict == "leak":
-        trend = _fell_with_garbage(trend, series, collected, full)
+        trend = _fell_with_garbage(trend, series, collected, full, before)
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -118,13 +121,14 @@ def assess(series: Series, available_bytes: float | None = None,
     )
 
 
-def _final_release(series: Series, role: str, full: Series | None, collected: Series | None = None) -> bool:
+def _final_release(series: Series, role: str, full: Series | None, collected: Series | None = None,
+                   before: Series | None = None) -> bool:
     """Whether a last sample that falls back to the start is left out of
     ``series``' analysis (the program let go of its objects at the end)."""
     if series.info.group in ("tensors", "tf_function", "tf_graph"):
         return True
     if role == ROLE_MEMORY:
-        return _released_by_program(series, collected)
+        return _released_by_program(series, collected, before)
     if role not in (ROLE_OBJECTS, ROLE_CONTAINERS) or full is None or len(series) < 3:
         return False
     # What a walk counted right after a full collection was alive then. If
@@ -144,16 +148,34 @@ def _final_release(series: Series, role: str, full: Series | None, collected: Se
                 and float(y[k] - y[-1]) > 0.5 * alive)
 
 
-def _released_by_program(series: Series, collected: Series | None) -> bool:
+def _released_by_program(series: Series, collected: Series | None, before: Series | None = None) -> bool:
     """Memory read at the last walk, after its collection, may fall because
     the collector freed garbage (cycles made all run long: growth that only
     garbage explains is no leak) or because the program let go of its data
     when the loop returned, before close(). Only the second is a release
-    left out: where that collection found no more unreachable objects than
-    some walk of the training before it did (the first walk's collection
-    finds the set-up's garbage: imports, a model built; not the loop's)."""
+    left out: where the same memory read just before that collection had
+    already lost at least half of the fall (reference counts free the loop's
+    data when it returns, before any collection runs: the collector did not
+    free it), or else where that collection found no more unreachable
+    objects than some walk of the training before it did (the first walk's
+    collection finds the set-up's garbage: imports, a model built; not the
+    loop's)."""
+    if _fell_before_collection(series, before):
+        return True
     found = _garbage_at_last_walk(series, collected)
     return found is not None and found[0] <= found[1]
+
+
+def _fell_before_collection(series: Series, before: Series | None) -> bool:
+    """Whether ``before`` (the measure read just before the last walk's
+    collection) had already lost at least POLICY.fell_before_collection_share
+    of what the series fell by
+    from its sample before the last to its last (read after the collection)."""
+    if before is None or not len(before) or len(series) < 2 or float(before.steps[-1]) != float(series.steps[-1]):
+        return False
+    prev, last, pre = (float(v) for v in (series.values[-2], series.values[-1], before.values[-1]))
+    fall = prev - last
+    return bool(np.isfinite(pre) and fall > 0 and prev - pre >= POLICY.fell_before_collection_share * fall)
 
 
 def _garbage_at_last_walk(series: Series, collected: Series | None) -> tuple[float, float] | None:
@@ -173,7 +195,7 @@ def _garbage_at_last_walk(series: Series, collected: Series | None) -> tuple[flo
 
 
 def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | None,
-                       full: Series | None = None) -> TrendResult:
+                       full: Series | None = None, before: Series | None = None) -> TrendResult:
     """Memory that fell back at the last walk, whose collection found more
     unreachable objects than any walk of the training: the fall stays in the
     data (see ``_released_by_program``), and the growth before it may have
@@ -184,7 +206,8 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
     the two cannot be told apart, so the growth is no leak claim of this
     series: RSS, which keeps its pages, and the other series judge the run."""
     found = _garbage_at_last_walk(series, collected)
-    if found is None or found[0] <= found[1] or not falls_back_at_end(series.steps, series.values):
+    if found is None or found[0] <= found[1] or not falls_back_at_end(series.steps, series.values) \
+            or _fell_before_collection(series, before):
         return trend
     if _grew_after_full_collections(trend, series, full):
         return dataclasses.replace(trend, reason=(
@@ -465,7 +488,8 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
         available, limit = _left_for(series, process_left)
         report = assess(_outside(_with_earlier_points(series), windows, warnings)
                         if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
-                        available, measures, full, collected)
+                        available, measures, full, collected,
+                        run.series.get(f"leak/gc/{series.info.measure}{BEFORE_COLLECTION}"))
         if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
             report.memory_limit, report.memory_limit_bytes = limit
         reports.append(report)

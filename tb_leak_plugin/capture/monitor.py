@@ -46,7 +46,7 @@ from tb_leak_plugin.capture import probes as probes_lib
 # or the simulated clock a test or benchmark installs.
 from tb_leak_plugin.capture import clock as time
 from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
-from tb_leak_plugin.metadata import SeriesInfo, task_series_info
+from tb_leak_plugin.metadata import BEFORE_COLLECTION, SeriesInfo, task_series_info
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 from tb_leak_plugin.units import printable
 
@@ -165,6 +165,8 @@ _FORESIGHT_MARGIN = 1.25
 
 
 _COLLECTED_INFO = SeriesInfo("gc", "collected", "count")
+_MEMORY_PROBES = (probes_lib.ProcessProbe, probes_lib.MallocProbe, probes_lib.PythonHeapProbe)
+_MEMORY_MEASURES = frozenset({"rss_bytes", "rss_anon_bytes", "malloc_bytes", "allocated_blocks"})
 _FULL_INFO = SeriesInfo("gc", "full_collection", "count")
 # 1 where the profiler window the program asked for starts recording, 0 where
 # it stops: the profiler's own buffers grow memory inside the window and are
@@ -666,6 +668,8 @@ class Monitor:
                 started = walk_wall0 = time.perf_counter()
                 walk_cpu0 = time.thread_time()
                 if self.census_collects_garbage:
+                    if self._finalizing:
+                        sample.extend(self._memory_before_collection(due))
                     full_gc = self._collect_garbage()
                     # What the collection freed: the analysis tells a count
                     # that falls at the last walk because the program let go
@@ -1004,6 +1008,25 @@ class Monitor:
             except Exception as error:
                 self._log_once(f"analysis failed: {type(error).__name__}: {error}")
         return self._watch.last_report
+
+    def _memory_before_collection(self, due) -> list:
+        """The process's and Python's memory read just before the last
+        walk's collection (``gc/<measure>_before_collection``): the last
+        reading of each, taken after it, may fall because the collector
+        freed garbage or because the program let go of its data when the
+        loop returned (reference counts free that at once, before any
+        collection). What this reading had already lost tells them apart
+        (see analysis.report._released_by_program)."""
+        out = []
+        for unit in due:
+            if unit.needs_objects:
+                continue
+            for probe in list(unit.probes):
+                if isinstance(probe, _MEMORY_PROBES):
+                    for info, value in self._guarded(unit, probe, probe.sample, None) or ():
+                        if info.measure in _MEMORY_MEASURES:
+                            out.append((SeriesInfo("gc", f"{info.measure}{BEFORE_COLLECTION}", info.unit), value))
+        return out
 
     def _collect_garbage(self) -> bool:
         """Collect before a census, so waiting cycles are not counted as live.
