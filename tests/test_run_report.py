@@ -652,6 +652,38 @@ def test_python_blocks_are_cyclic_garbage_only_where_live_objects_do_not_grow():
     assert "cyclic garbage" in garbage.reason, garbage.reason
 
 
+def test_python_blocks_let_go_before_the_last_collection_are_not_cyclic_garbage():
+    """The same blocks and a flat total of live objects (arrays kept in
+    lists: no type's count grows), let go at close(): read just before the
+    last walk's collection, the blocks had already fallen (reference counts
+    freed them when the loop returned), so they were live data, not garbage
+    awaiting the collector, and the run leaks (a held-out buffer of arrays
+    kept past a trainer's last update was inconclusive so). Where the fall
+    came with that collection, the blocks are explained as garbage."""
+    from tb_leak_plugin.metadata import BEFORE_COLLECTION
+
+    rng = np.random.default_rng(4)
+    steps = np.r_[np.arange(0, 8000, 25), 8999]
+    walks = np.array([0, 300, 900, 2000, 4000, 7975, 8999])
+    level = 2.0e6 + 22.0 * np.clip(steps - 3200, 0, None) + rng.normal(0, 300.0, steps.size)
+    level[-1] = 2.0e6
+    blocks = _series("python", "allocated_blocks", "blocks", steps, level)
+    rss = _series("process", "rss_anon_bytes", "bytes", steps, 6e8 + rng.normal(0, 2e5, steps.size))
+    flat_type = _object_counts(walks, [5000, 5003, 4998, 5001, 5002, 4999, 5000], name="builtins.frozenset")
+    flat = _series("gc", "tracked_objects", "count", walks, 3.2e5 + np.array([0, 40, -30, 20, -10, 30, 0]))
+    collected = _series("gc", "collected", "count", walks, np.array([900.0, 12, 30, 8, 20, 15, 600]))
+    full = _series("gc", "full_collection", "count", walks, np.array([1.0, 0, 0, 1, 0, 0, 1]))
+
+    def before(value):
+        return _series("gc", "allocated_blocks" + BEFORE_COLLECTION, "blocks", [8999], [value])
+
+    parts = (blocks, rss, flat_type, flat, collected, full, _available(steps))
+    let_go = build_run_report(_run(*parts, before(2.0e6 + 500)))
+    assert let_go.verdict == "leak", let_go.reason
+    freed = build_run_report(_run(*parts, before(level[-2])))
+    assert freed.verdict != "leak", freed.reason
+
+
 def test_tensor_bytes_that_hold_most_of_a_memory_leak_are_named_with_it():
     """KL terms kept in a list after the annealing warm-up (recorded shape of
     a held-out loop): the C heap leaks 75 KiB a step, sampled all along; the

@@ -118,6 +118,7 @@ def assess(series: Series, available_bytes: float | None = None,
         last_step=int(series.steps[-1]) if len(series) else None,
         last_value=last_value,
         trend=trend,
+        let_go_before_collection=role == ROLE_MEMORY and _fell_before_collection(series, before),
     )
 
 
@@ -549,7 +550,10 @@ def _not_the_programs(by_role) -> dict:
     collector; not where the census's total of live objects (counted after
     each walk's collection, so without that garbage) is shown to grow, at
     the 95% level of "no leak": a few objects a step that no one type's
-    series shows at a handful of walks are still the program's. The series
+    series shows at a handful of walks are still the program's; nor where
+    the blocks fell at close() before the last collection ran (reference
+    counts freed them when the loop returned: live data, arrays in lists
+    that no type's count shows, not garbage). The series
     keep their verdicts; the run rule reads this."""
     memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
     leaking = [r for r in memory if r.trend.verdict == "leak"]
@@ -570,7 +574,8 @@ def _not_the_programs(by_role) -> dict:
                 and report.measure not in ("uss_bytes", "malloc_bytes")):
             out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
                                f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
-        elif report.group == "python" and census_judged and not others and not live_grows:
+        elif report.group == "python" and census_judged and not others and not live_grows \
+                and not report.let_go_before_collection:
             out[report.tag] = (f"{report.tag} grows, but no object type, tensor or container grows with it: "
                                f"most likely cyclic garbage awaiting the collector, or pools")
     return out

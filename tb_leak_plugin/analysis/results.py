@@ -98,6 +98,9 @@ class SeriesReport:
     #: name, e.g. "cgroup v2 memory.max", and size); None when not known.
     memory_limit: str | None = None
     memory_limit_bytes: float | None = None
+    #: A memory series whose fall at close() came before the last walk's
+    #: collection: the program's live data, let go when the loop returned.
+    let_go_before_collection: bool = False
 
     @property
     def verdict(self) -> str:
