@@ -327,6 +327,72 @@ def test_a_scan_trace_keeps_only_paths_into_the_program():
                               {"kind": "attribute", "owner": "Bank", "name": "rows"}])
 
 
+class _ResourceLoader:
+    def __init__(self):
+        import numpy as np
+
+        self.gazetteer = np.zeros(40_000, np.int64)   # 312 KiB
+        self.vocabulary = np.zeros((12_000, 2), np.int64)
+
+
+class _Processor:
+    instance_map: dict = {}
+
+    def __init__(self, domain):
+        self.resource_loader = _ResourceLoader()
+        _Processor.instance_map[domain] = self
+
+
+def test_a_class_whose_new_instances_hold_the_memory_growth_is_traced_from_them():
+    """A class-level registry keeps a processor per domain, each with 0.5 MiB
+    of tables (held-out s205's shape, opened): from half-way, one a few steps.
+    No one array grows and the tables are not gc-tracked; the walks before
+    the onset saw one processor, the last one 41. The tables of the class's
+    instances made since the last walk hold most of what the C heap grew, so
+    the memory's trace starts from those instances and names the registry
+    (before: no trace named anything)."""
+    import numpy as np
+
+    from tb_leak_plugin.capture.online import LeakWatch
+    from tb_leak_plugin.capture.probes import collect_objects
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    malloc = SeriesInfo("process", "malloc_bytes", "bytes")
+    watch = LeakWatch("run")
+    rng = np.random.default_rng(3)
+    points = iter(range(0, 1000, 5))
+
+    def sample_until(last):
+        for step in points:
+            watch.history.record(step, 1e9 + step, [(malloc, 1e8 + 40e3 * max(step - 500, 0) + rng.normal(0, 2e4))])
+            if step >= last:
+                return
+
+    written = []
+    _Processor.instance_map.clear()
+    try:
+        _Processor("base")
+        for step in (0, 200, 400):
+            sample_until(step)
+            census = collect_objects()
+            watch.announce(census)  # as the monitor does
+            watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01)
+            census = None
+        for domain in range(40):
+            _Processor(f"domain{domain}")
+        sample_until(999)
+        census = collect_objects()
+        census.final = True
+        watch.announce(census)
+        watch.after_walk(999, 1e9 + 999, census, lambda *a: written.append(a), walk_s=0.01)
+        census = None
+        paths = [" → ".join(entry["path"]) for info, _step, _wall, _value in watch._held_by
+                 for entry in json.loads(info.detail)["held_by"]]
+        assert any("instance_map" in p and "_ResourceLoader" in p for p in paths), paths
+    finally:
+        _Processor.instance_map.clear()
+
+
 def test_the_walk_asked_for_by_a_memory_leak_gets_its_analysis_with_the_budget_spent():
     """Memory alone shows a leak between walks (arrays kept in a list grow no
     type the census counts) and the watch asks for a walk to name the holder:

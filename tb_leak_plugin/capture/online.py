@@ -244,6 +244,10 @@ class LeakWatch:
         # objects (see _buffers) at the walk before, and at this one; and this
         # walk's buffers themselves (dropped when the walk ends).
         self._buffer_history: dict = {}  # key -> (first, last, growths in a row) (see _note_sizes)
+        # The program's classes' buffers by owner class at the last walk and
+        # at this one: id(class) -> (bytes, ids of the owners) (see _owner_classes).
+        self._owners_before: dict = {}
+        self._owners_now: dict = {}
         self._chosen: list = []          # indices of the buffers a culprit is traced through
         self._from_scan = False          # the culprit's targets are the numpy scan's arrays
         self._own = None                 # the program's own classes in the census announced
@@ -796,6 +800,8 @@ class LeakWatch:
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
         found = None
         self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes)
+        self._owners_before = self._owners_now
+        self._owners_now = _owner_classes(self._walk_sizes, self._walk_buffers)
         self._walk_seconds += time.perf_counter() - started
 
     def _read_locals_now(self) -> None:
@@ -830,7 +836,9 @@ class LeakWatch:
         self._from_scan = False
         if (culprit.kind == "tensors" and culprit.unit == "bytes") or \
                 (culprit.kind == "series" and culprit.unit == "bytes"):
-            self._chosen = _growth_holding_arrays(culprit, report, self._walk_sizes, self._buffer_history)
+            self._chosen = _growth_holding_arrays(culprit, report, self._walk_sizes, self._buffer_history) \
+                or _owners_holding_growth(culprit, report, self._walk_sizes, self._walk_buffers,
+                                          self._owners_before)
             if self._chosen or ("eager" not in culprit.name and "numpy" not in culprit.name):
                 return None, [self._walk_buffers[index] for index in self._chosen]
             # Live tensors' bytes that no one buffer holds: traced by type.
@@ -1366,6 +1374,49 @@ def _growth_holding_arrays(culprit, report, sizes: list, history: dict) -> list:
             grown.append((size, index))
     grown.sort(key=lambda item: -item[0])
     return [index for _size, index in grown[:WATCH.local_arrays_traced]]
+
+
+def _owner_classes(sizes: list, targets: list) -> dict:
+    """The buffers of the program's objects (see _buffers) by the owner's
+    class: id(class) -> (bytes, sorted ids of its owners)."""
+    groups: dict = {}
+    for (key, size), target in zip(sizes, targets):
+        if key[0] == "object":
+            total, owners = groups.get(id(type(target)), (0, []))
+            owners.append(key[1])
+            groups[id(type(target))] = (total + size, owners)
+    return {kind: (total, np.unique(np.asarray(owners, np.int64))) for kind, (total, owners) in groups.items()}
+
+
+def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: dict) -> list:
+    """Where no one buffer holds the growth of the culprit's series (see
+    _growth_holding_arrays): the buffers of the program's objects of one
+    class, summed, that grew since the last walk by at least
+    WATCH.local_array_growth_share of that growth, the way a heap analyser
+    counts what is retained per path rather than per object (a registry
+    keeping a processor per domain, each with 0.5 MiB of tables: no one
+    table grows). Returns the indices in ``sizes`` of one buffer each of at
+    most WATCH.local_arrays_traced owners of that class made since the last
+    walk (their address was no owner's then), the largest buffers first."""
+    series = next((r for r in (report.series if report is not None else ())
+                   if r.tag == culprit.name and r.trend is not None), None)
+    if series is None or not series.trend.total_growth > 0 or not before:
+        return []
+    bar = WATCH.local_array_growth_share * float(series.trend.total_growth)
+    now = _owner_classes(sizes, targets)
+    grown = [(total - before.get(kind, (0, None))[0], kind) for kind, (total, _owners) in now.items()]
+    grown = [(gain, kind) for gain, kind in grown if gain >= bar]
+    if not grown:
+        return []
+    kind = max(grown)[1]
+    old = before.get(kind, (0, np.zeros(0, np.int64)))[1]
+    best: dict = {}
+    for index, ((key, size), target) in enumerate(zip(sizes, targets)):
+        if key[0] == "object" and id(type(target)) == kind and (key[1] not in best or size > best[key[1]][0]):
+            best[key[1]] = (size, index)
+    new = [item for owner, item in best.items() if _absent(old, np.array([owner], np.int64))[0]]
+    new.sort(key=lambda item: -item[0])
+    return [index for _size, index in new[:WATCH.local_arrays_traced]]
 
 
 def _mark_share(count: int, room: int) -> int:
