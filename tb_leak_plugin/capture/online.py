@@ -174,12 +174,16 @@ class History:
 
 
 class _Container:
-    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info")
+    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info", "made")
 
-    def __init__(self, kind):
+    def __init__(self, kind, made: bool = False):
         self.kind = kind
         self.history: list = []   # (step, wall_time, length)
         self.grew = 0
+        # Made since the walk before it was first seen (no container had its
+        # address then; one too short to be listed then was there): its first
+        # growth is its length, not a growth seen (a step's batch list).
+        self.made = made
         self.path: list | None = None
         self.subject: str | None = None
         self.reported = False
@@ -212,6 +216,7 @@ class LeakWatch:
         self._containers: dict[int, _Container] = {}
         self._container_ids = None
         self._container_lengths = None
+        self._container_all = None    # sorted ids of every container at the last walk, short ones too
         self.trace_seconds = 0.0
         self.analysis_seconds = 0.0
         #: What the last analysis of the whole run cost (foresees the next).
@@ -492,6 +497,7 @@ class LeakWatch:
         if namespaces:
             all_lens[np.isin(all_ids, np.fromiter(namespaces, np.int64, len(namespaces)))] = 0
         big = np.flatnonzero(all_lens >= WATCH.min_container_length)
+        every = np.sort(all_ids)
         order = np.argsort(all_ids[big], kind="stable")
         big = big[order]
         ids, lens = all_ids[big], all_lens[big]   # sorted by id
@@ -532,6 +538,9 @@ class LeakWatch:
         # since then, or too short to be listed, counts from empty).
         if self._container_ids is not None and len(self._containers) < WATCH.followed_containers:
             prev_ids, prev_lens = self._container_ids, self._container_lengths
+            # Made since the last walk: no container had its address then.
+            unseen = _absent(self._container_all, ids) if self._container_all is not None \
+                else np.zeros(ids.size, bool)
             at = np.searchsorted(prev_ids, ids)
             at[at >= prev_ids.size] = 0
             known = prev_ids[at] == ids if prev_ids.size else np.zeros(ids.size, bool)
@@ -557,13 +566,13 @@ class LeakWatch:
                     break
                 if key in self._containers or key in self._ignored:
                     continue
-                entry = _Container(type(containers[big[index]]))
+                entry = _Container(type(containers[big[index]]), made=bool(unseen[index]))
                 entry.history = [(self._last_step, self._last_wall, int(before[index])),
                                  (step, wall_time, int(lens[index]))]
                 entry.grew = 1
                 self._containers[key] = entry
                 room -= 1
-        self._container_ids, self._container_lengths = ids, lens
+        self._container_ids, self._container_lengths, self._container_all = ids, lens, every
         self._last_step, self._last_wall = step, wall_time
         containers = None
         return extra
@@ -885,8 +894,12 @@ class LeakWatch:
         key = f"{culprit.kind}:{culprit.name}"
         if key in self._traced or not self._containers:
             return
+        # Grown at the last walk, and seen growing: a container made since
+        # the walk before shows a length, not a growth, until it grows again
+        # (a step's working list, 64 rows at the one walk that saw it, was
+        # named as the holder of a run's memory growth).
         growing = sorted(((e.history[-1][2] - e.history[0][2], k, e) for k, e in self._containers.items()
-                          if e.grew >= 1 and _per_step(e)), key=lambda item: -item[0])
+                          if e.grew >= 1 + e.made and _per_step(e)), key=lambda item: -item[0])
         if not growing:
             return
         gains = {k: g for g, k, _e in growing[:WATCH.followed_containers]}
