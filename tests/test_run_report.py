@@ -761,16 +761,13 @@ def test_a_runtime_registry_is_not_set_aside_without_the_c_allocator():
     assert report.culprits[0].kind == "runtime"
 
 
-def _timer_heap_four_walks(edit=None):
-    """Recorded (held-out s98, opened: cancelled timeouts kept in a heap, ~1
-    timer, request and two tensors a step, let go when the loop returned):
-    a 12,000-step run whose heap walks a loaded machine paid for at steps 0,
-    861 and 1,106, then only close() at step 11,999. RSS is sampled all
-    along and leaks."""
+def _recorded_run(name, edit=None):
+    """A run recorded into ``tests/data/NAME`` (series metadata and points),
+    each series' values passed through ``edit(info, values)`` if given."""
     import json
     import os
 
-    data = np.load(os.path.join(os.path.dirname(__file__), "data", "timer_heap_let_go_four_walks.npz"))
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", name))
     series = []
     for i, meta in enumerate(json.loads(str(data["meta"]))):
         info = SeriesInfo(meta["group"], meta["measure"], meta["unit"], meta["subject"], detail=meta["detail"])
@@ -779,6 +776,15 @@ def _timer_heap_four_walks(edit=None):
             values = edit(info, values)
         series.append(Series.from_points(info.tag, info, data["%d_steps" % i], data["%d_walls" % i], values))
     return _run(*series)
+
+
+def _timer_heap_four_walks(edit=None):
+    """Recorded (held-out s98, opened: cancelled timeouts kept in a heap, ~1
+    timer, request and two tensors a step, let go when the loop returned):
+    a 12,000-step run whose heap walks a loaded machine paid for at steps 0,
+    861 and 1,106, then only close() at step 11,999. RSS is sampled all
+    along and leaks."""
+    return _recorded_run("timer_heap_let_go_four_walks.npz", edit)
 
 
 def test_three_walks_before_a_release_at_close_name_what_grew_with_the_leak():
@@ -803,21 +809,6 @@ def test_three_walks_before_a_release_at_close_name_what_grew_with_the_leak():
     assert stepped.verdict == "leak"
     assert not any("TimerHandle" in c.name or "BatchRequest" in c.name for c in stepped.culprits), \
         [c.name for c in stepped.culprits]
-
-
-def _recorded_run(name, edit=None):
-    import json
-    import os
-
-    data = np.load(os.path.join(os.path.dirname(__file__), "data", name))
-    series = []
-    for i, meta in enumerate(json.loads(str(data["meta"]))):
-        info = SeriesInfo(meta["group"], meta["measure"], meta["unit"], meta["subject"], detail=meta["detail"])
-        values = data["%d_values" % i].copy()
-        if edit is not None:
-            values = edit(info, values)
-        series.append(Series.from_points(info.tag, info, data["%d_steps" % i], data["%d_walls" % i], values))
-    return _run(*series)
 
 
 def test_a_late_onset_between_walks_far_apart_is_named_from_the_walks_on_its_line():
