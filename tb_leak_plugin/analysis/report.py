@@ -776,7 +776,7 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
                 # detection: its growth shown at POLICY.alpha_shown (four or
                 # five heap walks cannot reach alpha_leak on two degrees of
                 # freedom however exact they are) names it.
-                if not before.leak_readings or not growth_shown(before, POLICY.alpha_shown):
+                if not _grew(before):
                     continue
                 evidence = _evidence_only(before)
                 before = dataclasses.replace(
@@ -804,13 +804,16 @@ def _grew_before_release(series: Series):
     before = assess_series(series.steps[:-1], series.values[:-1], series.wall_times[:-1],
                            unit=series.info.unit, min_samples=POLICY.min_samples - 1)
     last = POLICY.min_samples - 1
-    if before.verdict == "leak" or len(series) - 1 <= last or (
-            before.leak_readings and growth_shown(before, POLICY.alpha_shown)):
+    if _grew(before) or len(series) - 1 <= last:
         return before
     recent = assess_series(series.steps[-1 - last:-1], series.values[-1 - last:-1],
                            series.wall_times[-1 - last:-1], unit=series.info.unit, min_samples=last)
-    return recent if recent.verdict == "leak" or (
-        recent.leak_readings and growth_shown(recent, POLICY.alpha_shown)) else before
+    return recent if _grew(recent) else before
+
+
+def _grew(trend) -> bool:
+    """A leak, or growth shown at POLICY.alpha_shown (attribution's level)."""
+    return trend.verdict == "leak" or bool(trend.leak_readings and growth_shown(trend, POLICY.alpha_shown))
 
 
 def _container_culprits(reports, run: RunData, what: str = "a container keeps growing") -> list[Culprit]:
