@@ -67,18 +67,24 @@ def _cli(s3, *args, env=None, timeout=120):
 
 
 def _plain_loop(logdir: str, keep: bool, steps: int = 300):
+    """A 0.3-s loop on a simulated clock whose costs read as zero: the
+    schedule alone decides how many points are taken (a loaded machine
+    cannot thin them). Uploads still run on real time (flush_secs)."""
     import tb_leak_plugin as tbleak
+    from tb_leak_plugin.capture import clock
 
     kept = []
-    monitor = tbleak.Monitor(logdir, flush_secs=0.2, probes=("process", "python", "malloc", "gc", "objects"))
-    for step in range(steps):
-        block = bytearray(64 << 10)
-        if keep:
-            kept.append(block)
-        monitor.sample(step)
-        time.sleep(0.001)
-    writer = monitor._writer.record_writer
-    monitor.close()
+    with clock.use(clock.SimulatedClock(real_costs=False)) as sim:
+        monitor = tbleak.Monitor(logdir, flush_secs=0.2, probes=("process", "python", "malloc", "gc", "objects"))
+        for step in range(steps):
+            block = bytearray(64 << 10)
+            if keep:
+                kept.append(block)
+            sim.advance(0.001)
+            monitor.sample(step)
+            time.sleep(0.001)  # real time too, so the uploader's flushes interleave with the loop
+        writer = monitor._writer.record_writer
+        monitor.close()
     return writer
 
 
@@ -155,8 +161,8 @@ def test_cli_reads_verdicts_from_s3_like_from_disk(s3, cli_report, tmp_path):
     assert verdicts["plain/clean"] != "leak", report
     assert verdicts["tf/leaky"] == "leak", report
     leaky = next(r for r in report["runs"] if r["run"] == "plain/leaky")
-    # (A 0.4-s run: how many points its budget buys depends on the machine's
-    # load; every one written is read, which the equality with disk shows.)
+    # (Its points are taken on a simulated clock: the schedule alone decides
+    # how many; every one written is read, which the equality with disk shows.)
     assert not leaky["warnings"] and leaky["samples"] >= 30
     # Its traces, read from the store: one analysed, the cut one named (relative to the run).
     good, cut = leaky["traces"]["sessions"]
