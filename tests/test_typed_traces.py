@@ -456,6 +456,39 @@ def test_objects_made_since_a_baseline_are_climbed_in_memory():
     assert seen.levels <= 3
 
 
+class Accumulator:
+    def __init__(self):
+        self._buckets = {}
+
+
+def test_an_old_container_a_local_holds_is_found_from_the_local_without_a_pass_of_the_heap():
+    """The roots' side of the search: the new objects climbed in memory end
+    at an old container (a gradient accumulator's buckets, made before the
+    baseline), which a running function's local holds through an attribute.
+    It is found down from the local, with no pass of the heap (max_depth=0:
+    the search may not look for referrers at all)."""
+    import gc
+
+    accum = Accumulator()
+    baseline = {id(x) for x in gc.get_objects()}
+    for window in range(30):
+        accum._buckets[window] = [[bytearray(16) for _ in range(4)] for _ in range(2)]
+    targets = [accum._buckets[window][1] for window in (3, 17, 25)]
+    fresh = [x for x in gc.get_objects() if id(x) not in baseline]
+    result = referrers.trace(targets, time_cap_s=2.0, max_depth=0, fresh=fresh)
+    fresh = None
+    (held,) = result.held_by
+    assert held.instances == 3 and result.levels == 0 and result.complete
+    assert held.hops[0]["kind"] == "local" and held.hops[0]["name"] == "accum", held.path
+    assert held.path[1] == "Accumulator._buckets" and held.hops[2]["kind"] == "key", held.path
+    # Nothing else of the program is in reach: a target no local reaches
+    # within the search's depth is left to the search of the heap.
+    deep = [[[[[[[bytearray(8)]]]]]]]
+    assert referrers.DOWN_DEPTH < 7
+    result = referrers.trace([deep[0][0][0][0][0][0][0]], time_cap_s=2.0, max_depth=0)
+    assert not result.held_by and not result.complete
+
+
 def test_the_hashed_share_of_a_large_type_tells_its_new_instances():
     import numpy as np
 

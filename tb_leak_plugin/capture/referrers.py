@@ -699,6 +699,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             own.add(id(fresh))
             frontier = _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, own, own_kinds,
                                       started + 0.55 * time_cap_s)
+        frontier = _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds,
+                                     min(time.perf_counter() + 0.15 * time_cap_s, search_deadline))
         while frontier:
             # A running function's local variable is the shortest root.
             for node in frontier:
@@ -989,6 +991,101 @@ def _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, 
         return (tops + rest)[:MAX_FRONTIER]
     finally:
         up.clear()
+        by_id.clear()
+        wanted.clear()
+
+
+# Objects read at most, and references followed at most, by the search down
+# from the running functions' locals (see _down_from_locals): about 10 ms.
+MAX_DOWN = 20_000
+DOWN_DEPTH = 6
+
+
+def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, deadline) -> list:
+    """Looks for the frontier's objects among what the running functions'
+    locals reach in at most ``DOWN_DEPTH`` references, breadth first (one
+    ``gc.get_referents`` per object read, at most ``MAX_DOWN`` of them):
+    the roots' side of the search, as a heap analyser walks from its GC
+    roots. A leak's new objects climbed in memory (see _through_fresh)
+    end at the old container that accumulates them, and a training
+    function's local often holds that container through an attribute or
+    two (``accum._buckets``); from below, each of those hops costs a pass
+    of the heap (tens of milliseconds on a TensorFlow heap, where a trace
+    within the budget of a short run was cut after three). Module
+    namespaces, classes and frames are not entered: they reach everything,
+    and the search of the heap names their holds as roots. Fills
+    ``nodes``, ``parent`` and ``rooted`` for each object found and returns
+    the frontier without them; past ``deadline`` it returns what it found."""
+    # (An object the climb reached through a fresh holder is not looked for.)
+    wanted = {id(x) for x in frontier if id(x) not in rooted and id(x) not in parent}
+    if not wanted or not roots.locals:
+        return frontier
+    came: dict[int, int | None] = {}  # id(object) -> id(its holder on the way down); None: a local
+    by_id: dict[int, object] = {}
+    level = []
+    own.update((id(came), id(by_id), id(level), id(wanted)))
+    found = []
+    try:
+        for key, (_hop_, value) in roots.locals.items():
+            if key in own or key in roots.own_values or key in wanted:
+                continue  # (a local that is itself followed is rooted by the search)
+            came[key] = None
+            by_id[key] = value
+            level.append(value)
+        for _depth in range(DOWN_DEPTH):
+            below = []
+            own.add(id(below))
+            for index, holder in enumerate(level):
+                if index % 256 == 0 and time.perf_counter() > deadline:
+                    break
+                holder_id = id(holder)
+                kind = type(holder)
+                if id(kind) in _ATOMIC_IDS or holder_id in roots.module_dicts or issubclass(kind, type) \
+                        or kind is types.ModuleType or kind is types.FrameType \
+                        or not _may_hold(holder, kind, False, nodes, own_kinds):
+                    continue
+                try:
+                    referents = gc.get_referents(holder)
+                except Exception:
+                    continue
+                for child in referents:
+                    child_id = id(child)
+                    if child_id in came or child_id in own or child_id == holder_id:
+                        continue
+                    if child_id in wanted:
+                        came[child_id] = holder_id
+                        found.append(child_id)
+                    elif len(came) < MAX_DOWN:
+                        came[child_id] = holder_id
+                        by_id[child_id] = child
+                        below.append(child)
+                referents = None
+            holder = None
+            level = below
+            below = None
+            if not level or len(found) == len(wanted):
+                break
+        level = None
+        linked = set()
+        for child_id in found:
+            # The chain down, from the local to the object found: it joins the
+            # holders found so far only at that object (an object on it that
+            # the climb already reached would make a cycle of holders).
+            chain = []
+            holder_id = came[child_id]
+            while holder_id is not None:
+                chain.append(holder_id)
+                holder_id = came[holder_id]
+            if any(i in nodes or i in parent or i in rooted for i in chain):
+                continue
+            for below_id, above_id in zip([child_id] + chain, chain):
+                parent[below_id] = [above_id]
+                nodes[above_id] = by_id[above_id]
+            rooted[chain[-1]] = roots.locals[chain[-1]][0]
+            linked.add(child_id)
+        return [node for node in frontier if id(node) not in linked] if linked else frontier
+    finally:
+        came.clear()
         by_id.clear()
         wanted.clear()
 
