@@ -347,10 +347,11 @@ def test_a_class_whose_new_instances_hold_the_memory_growth_is_traced_from_them(
     """A class-level registry keeps a processor per domain, each with 0.5 MiB
     of tables (held-out s205's shape, opened): from half-way, one a few steps.
     No one array grows and the tables are not gc-tracked; the walks before
-    the onset saw one processor, the last one 41. The tables of the class's
-    instances made since the last walk hold most of what the C heap grew, so
-    the memory's trace starts from those instances and names the registry
-    (before: no trace named anything)."""
+    the onset saw one processor, the next 21, the last one 41. The tables of
+    the class's instances grew at each of the last two walks, and those made
+    since the last walk hold most of what the C heap grew, so the memory's
+    trace starts from those instances and names the registry (before: no
+    trace named anything)."""
     import numpy as np
 
     from tb_leak_plugin.capture.online import LeakWatch
@@ -377,20 +378,111 @@ def test_a_class_whose_new_instances_hold_the_memory_growth_is_traced_from_them(
             census = collect_objects()
             watch.announce(census)  # as the monitor does
             watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01)
+            census.release()  # as the monitor does (its object list holds every object)
             census = None
-        for domain in range(40):
+        for domain in range(20):
+            _Processor(f"domain{domain}")
+        sample_until(700)
+        census = collect_objects()
+        watch.announce(census)
+        watch.after_walk(700, 1e9 + 700, census, lambda *a: written.append(a), walk_s=0.01)
+        census.release()  # as the monitor does (its object list holds every object)
+        census = None
+        for domain in range(20, 40):
             _Processor(f"domain{domain}")
         sample_until(999)
         census = collect_objects()
         census.final = True
         watch.announce(census)
         watch.after_walk(999, 1e9 + 999, census, lambda *a: written.append(a), walk_s=0.01)
+        census.release()  # as the monitor does (its object list holds every object)
         census = None
         paths = [" → ".join(entry["path"]) for info, _step, _wall, _value in watch._held_by
                  for entry in json.loads(info.detail)["held_by"]]
         assert any("instance_map" in p and "_ResourceLoader" in p for p in paths), paths
     finally:
         _Processor.instance_map.clear()
+
+
+class _Batch:
+    def __init__(self):
+        import numpy as np
+
+        self.pixels = np.zeros(65_536, np.int64)  # 0.5 MiB
+
+
+class _Loader:
+    slots: list = [None] * 40  # a pool of a fixed size
+
+
+def _pool_paths_while_the_c_heap_grows(fill, walks, seed) -> list:
+    """The C heap grows 40 kB a step (held by nothing in Python); at each
+    walk ``fill(full)`` fills or empties the program's pool of batches
+    first. Returns the paths of every trace the watch wrote."""
+    import numpy as np
+
+    from tb_leak_plugin.capture.online import LeakWatch
+    from tb_leak_plugin.capture.probes import collect_objects
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    malloc = SeriesInfo("process", "malloc_bytes", "bytes")
+    watch = LeakWatch("run")
+    rng = np.random.default_rng(seed)
+    points = iter(range(0, 1000, 5))
+    for step, full in walks:
+        fill(full)
+        for point in points:
+            watch.history.record(point, 1e9 + point, [(malloc, 1e8 + 40e3 * point + rng.normal(0, 2e4))])
+            if point >= step:
+                break
+        census = collect_objects()
+        watch.announce(census)
+        watch.after_walk(step, 1e9 + step, census, lambda *a: None, walk_s=0.01)
+        census.release()  # as the monitor does (its object list holds every object)
+        census = None
+    assert watch.last_report is not None and watch.last_report.verdict == "leak"
+    return [" → ".join(entry["path"]) for info, _step, _wall, _value in watch._held_by
+            for entry in json.loads(info.detail)["held_by"]]
+
+
+def test_a_pool_of_a_fixed_size_refilled_is_not_named_as_holding_the_memory_growth():
+    """A loader's pool of 40 batches of 0.5 MiB is full at one walk, empty
+    at the next and full again at the third, while the C heap grows: the
+    batches' class gained 20 MiB since the walk before, but its buffers
+    hold no more than when first seen. No trace runs from them, and no
+    holder is named (before: the pool was written as the holder of the
+    leak)."""
+    def fill(full):
+        _Loader.slots[:] = [_Batch() if full else None for _ in range(40)]
+
+    try:
+        paths = _pool_paths_while_the_c_heap_grows(fill, ((0, True), (200, False), (400, True), (600, True)), 3)
+        assert not any("_Loader" in p or "_Batch" in p for p in paths), paths
+    finally:
+        _Loader.slots[:] = [None] * 40
+
+
+def test_a_deque_with_a_maxlen_refilled_is_not_named_as_holding_the_memory_growth():
+    """The same C heap growth, and a prefetch deque of at most 40 batches:
+    full at the first walk, drained at the second, refilled at the third.
+    Too short to be listed at the second walk, it grew by 40 items at the
+    third; but a deque with a maxlen cannot accumulate, and it is not
+    followed (before: named as the holder of the leak)."""
+    import collections
+
+    queue = collections.deque(maxlen=40)
+    _Loader.queue = queue
+
+    def fill(full):
+        queue.clear()
+        queue.extend(_Batch() for _ in range(40 if full else 0))
+
+    try:
+        paths = _pool_paths_while_the_c_heap_grows(fill, ((0, True), (200, False), (400, True)), 4)
+        assert not any("_Loader" in p or "deque" in p for p in paths), paths
+    finally:
+        queue.clear()
+        del _Loader.queue
 
 
 _KEPT: dict = {"rows": []}
@@ -428,6 +520,7 @@ def test_a_list_made_since_the_last_walk_is_no_holder_until_seen_growing():
             census = collect_objects()
             watch.announce(census)
             watch.after_walk(step, 1e9 + step, census, lambda *a: None, walk_s=0.01)
+            census.release()  # as the monitor does (its object list holds every object)
             census = None
         _KEPT["rows"].extend(bytearray(4096) for _ in range(300))
         rows = [bytearray(4096) for _ in range(64)]
@@ -435,6 +528,7 @@ def test_a_list_made_since_the_last_walk_is_no_holder_until_seen_growing():
         census = collect_objects(read_locals=True)
         watch.announce(census)
         watch.after_walk(400, 1e9 + 400, census, lambda *a: None, walk_s=0.01)
+        census.release()  # as the monitor does (its object list holds every object)
         census = None
         paths = [" → ".join(entry["path"]) for info, _step, _wall, _value in watch._held_by
                  for entry in json.loads(info.detail)["held_by"]]

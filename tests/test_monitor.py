@@ -208,6 +208,129 @@ def test_failing_probe_is_logged_once_and_dropped(tmp_path, caplog):
     assert len(run.series["leak/process/rss_bytes"]) == 10
 
 
+class _BadResultProbe(probes.Probe):
+    """A custom probe whose call returns, but whose result is no sample: a
+    generator that raises as it is read, a triple, a string for a series."""
+    name = "queue_depth"
+
+    def __init__(self, kind):
+        self.kind, self.calls = kind, 0
+
+    def sample(self, objects=None):
+        self.calls += 1
+        info = metadata.SeriesInfo("custom", "queue_depth", "count")
+        if self.kind == "generator":
+            def values():
+                yield info, 1.0
+                raise OSError("queue went away")
+            return values()
+        if self.kind == "triple":
+            return [(info, 1.0, "extra")]
+        return [("custom/queue_depth", 1.0)]
+
+
+@pytest.mark.parametrize("kind", ["generator", "triple", "string"])
+def test_a_probe_whose_result_is_no_sample_is_switched_off_and_the_walks_keep_their_schedule(tmp_path, caplog, kind):
+    """Read outside the guard, such a result escaped the sample: the groups
+    that ran were never rescheduled, and every later sample walked the heap
+    (3 s of training: ~380 collections, 400% overhead). Read within it, the
+    probe is switched off and logged once, and the walks keep the schedule
+    a well-behaved probe gets (on a simulated clock: the same walks)."""
+    def run(probe, name):
+        with clock.use(clock.SimulatedClock(real_costs=False)) as sim:
+            monitor = tbleak.Monitor(str(tmp_path / name), probes=("process", "python", "objects", probe))
+            for step in range(3000):
+                sim.advance(0.001)
+                monitor.sample(step)
+            monitor.close()
+        run_data = loading.load_run(name, str(tmp_path / name))
+        assert run_data.series["leak/process/rss_bytes"].steps[-1] == 2999
+        return len(run_data.series["leak/gc/tracked_objects"])  # the heap walks
+
+    class Good(probes.Probe):
+        name = "queue_depth"
+
+        def sample(self, objects=None):
+            return [(metadata.SeriesInfo("custom", "queue_depth", "count"), 1.0)]
+
+    baseline = run(Good(), "good")
+    bad = _BadResultProbe(kind)
+    with caplog.at_level(logging.WARNING, logger="tb_leak_plugin"):
+        walks = run(bad, "bad")
+    assert bad.calls == 1
+    messages = [r.getMessage() for r in caplog.records if "queue_depth" in r.getMessage()]
+    assert len(messages) == 1 and "switched off" in messages[0], messages
+    assert 3 <= walks <= 2 * baseline and baseline < 100, (walks, baseline)
+
+
+def test_close_in_a_forked_child_returns_while_the_parent_was_sampling(tmp_path):
+    """A child forked while a thread of the parent held the monitor's lock
+    (a sample in progress) inherits it held by a thread that does not exist
+    there: close() in the child (a ``with Monitor`` block unwinding) used to
+    wait for it forever. The child's close() returns; the parent's run is
+    untouched, and the child leaves the heap-walk lock free for a Monitor of
+    its own."""
+    import signal
+
+    monitor = tbleak.Monitor(str(tmp_path / "run"), **DENSE)
+    monitor.sample(0)
+    from tb_leak_plugin.capture import monitor as monitor_module
+
+    monitor._lock.acquire()
+    monitor_module._HEAP_WALK.acquire()  # as a walk in progress holds it
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child
+            signal.alarm(20)  # a hang ends the child with SIGALRM
+            code = 0
+            try:
+                monitor.close()
+                if not monitor_module._HEAP_WALK.acquire(timeout=1.0):
+                    code = 3
+            except BaseException:
+                code = 4
+            os._exit(code)
+    finally:
+        monitor_module._HEAP_WALK.release()
+        monitor._lock.release()
+    _pid, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    monitor.sample(1)
+    monitor.close()
+    run = loading.load_run("run", str(tmp_path / "run"))
+    assert list(run.series["leak/process/rss_bytes"].steps)[:2] == [0, 1]
+
+
+def test_the_watch_s_analysis_imports_nothing_new_after_the_watch_is_made():
+    """What the analysis imports at its first call (numpy's ``median``
+    imports ``numpy.ma``, the noise estimate ``numpy.fft``) is imported
+    when the leak watch is made, before the baseline walk: imported between
+    two walks, it grew numpy's registry of array functions, which was named
+    as the holder of the program's memory growth. A fresh interpreter."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from tb_leak_plugin.capture.online import LeakWatch
+        from tb_leak_plugin.metadata import SeriesInfo
+        watch = LeakWatch("run")
+        before = set(sys.modules)
+        rss = SeriesInfo("process", "rss_bytes", "bytes")
+        blocks = SeriesInfo("python", "allocated_blocks", "blocks")
+        for step in range(400):
+            watch.history.record(step, 1e9 + step, [(rss, 1e8 + 3e4 * step + (step % 7) * 1e4),
+                                                    (blocks, 1e5 + (step % 13) * 50.0)])
+        from tb_leak_plugin.analysis.report import build_run_report
+        report = build_run_report(watch.history.run_data("run"))
+        assert report.verdict == "leak", report.verdict
+        print(sorted(set(sys.modules) - before))
+    """)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
+
+
 def test_monitor_never_raises_even_when_writer_breaks(tmp_path):
     monitor = tbleak.Monitor(str(tmp_path / "run"), **DENSE)
     monitor._writer.write = None  # any failure inside sample()

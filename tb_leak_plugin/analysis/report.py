@@ -176,7 +176,12 @@ def _fell_before_collection(series: Series, before: Series | None) -> bool:
         return False
     prev, last, pre = (float(v) for v in (series.values[-2], series.values[-1], before.values[-1]))
     fall = prev - last
-    return bool(np.isfinite(pre) and fall > 0 and prev - pre >= POLICY.fell_before_collection_share * fall)
+    if not (np.isfinite([prev, last, pre]).all() and fall > 0):
+        return False
+    # Read between the two, it lies between them, give or take the noise of
+    # a reading; one below the last by more than the whole fall (0, a
+    # negative value: a corrupt file) is no reading of the same memory.
+    return bool(pre >= last - fall and prev - pre >= POLICY.fell_before_collection_share * fall)
 
 
 def _garbage_at_last_walk(series: Series, collected: Series | None) -> tuple[float, float] | None:

@@ -62,6 +62,18 @@ _MAX_WRITE_FAILURES = 3
 # One heap walk at a time in the process: a census must not count (and scan)
 # another thread's object list. A walk that finds another running skips.
 _HEAP_WALK = threading.Lock()
+
+
+def _heap_walk_lock_after_fork() -> None:
+    # A child forked while another thread walked the heap inherits the lock
+    # held by a thread that does not exist there: a Monitor made in the
+    # child would skip every walk.
+    global _HEAP_WALK
+    _HEAP_WALK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_heap_walk_lock_after_fork)
 # Heap walks between full garbage collections (see Monitor._collect_garbage),
 # and the share of tracked objects found as garbage that makes every one full.
 _FULL_COLLECT_EVERY = 4
@@ -524,6 +536,16 @@ class Monitor:
         returns at once and the monitor closes as soon as that sample
         returns (waiting would deadlock). ``on_leak`` runs outside the
         monitor's locks: it may call close() directly."""
+        if os.getpid() != self._pid:
+            # A forked child: the lock may be held by a thread of the parent
+            # that does not exist here (a sample in progress at the fork),
+            # and the run's series are the parent's to end.
+            self._closed = True
+            try:
+                self._finalizer()
+            except Exception as error:
+                self._log_once(f"closing the event file failed: {type(error).__name__}: {error}")
+            return
         if self._lock_owner == threading.get_ident():
             self._close_pending = True
             self._log_once("close() was called from inside the monitor's own sample (a finalizer run by its "
@@ -653,7 +675,9 @@ class Monitor:
         sample = []
         costs = {}
         walking = any(u.needs_objects for u in due)
-        if walking and not _HEAP_WALK.acquire(timeout=_HEAP_WALK_WAIT_S):
+        wall_time = time.time()
+        heap_walk = _HEAP_WALK  # (the one acquired is the one released, whatever a fork does)
+        if walking and not heap_walk.acquire(timeout=_HEAP_WALK_WAIT_S):
             # Another monitor (another thread) is still walking the heap: take
             # the cheap probes now and the heap walk at a later sample.
             due = [u for u in due if not u.needs_objects]
@@ -684,9 +708,7 @@ class Monitor:
                 if not unit.needs_objects:
                     started = time.perf_counter()
                     for probe in list(unit.probes):
-                        values = self._guarded(unit, probe, probe.sample, None)
-                        if values:
-                            cheap_sample.extend(values)
+                        cheap_sample.extend(self._sampled(unit, probe))
                     costs[unit.name] = time.perf_counter() - started
             if walking:
                 started = time.perf_counter()
@@ -709,9 +731,7 @@ class Monitor:
                     started = time.perf_counter()
                     for probe in list(unit.probes):
                         if probe.needs_objects:
-                            values = self._guarded(unit, probe, probe.sample, census)
-                            if values:
-                                sample.extend(values)
+                            sample.extend(self._sampled(unit, probe, census))
                     costs[unit.name] = time.perf_counter() - started + walk_cost / len(heap_units)
                 self._walk_wall_s += time.perf_counter() - walk_wall0
                 self._walk_cpu_s += time.thread_time() - walk_cpu0
@@ -770,12 +790,17 @@ class Monitor:
                 # analysis and traces are foreseen on their own.
                 self._learn_walk(census, gc_s, full_gc,
                                  sum(costs[u.name] for u in due if u.needs_objects) - (optional - over))
+        except Exception as error:
+            # Whatever failed, the groups that ran are rescheduled below (a
+            # run that raised would otherwise stay due: a heap walk at every
+            # sample), and what was sampled is written.
+            self._log_once(f"monitor failed: {type(error).__name__}: {error}")
         finally:
             # Release the object list before writing: the census keeps nothing.
             if census is not None:
                 census.release()
             if walking:
-                _HEAP_WALK.release()
+                heap_walk.release()
         started = time.perf_counter()
         try:
             if sample and self._task_sample and (self._finalizing or not self._task_written):
@@ -1023,7 +1048,7 @@ class Monitor:
                 continue
             for probe in list(unit.probes):
                 if isinstance(probe, _MEMORY_PROBES):
-                    for info, value in self._guarded(unit, probe, probe.sample, None) or ():
+                    for info, value in self._sampled(unit, probe):
                         if info.measure in _MEMORY_MEASURES:
                             out.append((SeriesInfo("gc", f"{info.measure}{BEFORE_COLLECTION}", info.unit), value))
         return out
@@ -1059,6 +1084,21 @@ class Monitor:
             self._collected = gc.collect(1)
             self._walks_since_full += 1
         return full
+
+    def _sampled(self, unit, probe, census=None) -> list:
+        """A probe's sample as a list of (SeriesInfo, float), read within the
+        guard: a probe that raises, or whose result is anything else (a
+        generator that raises as it is read, a triple, a string for a series'
+        info), is switched off and logged once."""
+        def read():
+            out = []
+            for info, value in (probe.sample(census) if census is not None else probe.sample()) or ():
+                if not isinstance(info, SeriesInfo):
+                    raise TypeError(f"a sample's series must be a SeriesInfo, not {type(info).__name__}")
+                out.append((info, float(value)))
+            return out
+
+        return self._guarded(unit, probe, read, None) or []
 
     def _guarded(self, unit, probe, call, argument):
         """``call(argument)``; a probe that raises is switched off and logged once."""

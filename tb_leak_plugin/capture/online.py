@@ -200,6 +200,7 @@ class LeakWatch:
         # walks as a one-off rise of the program's own counts.
         from tb_leak_plugin.analysis import report as _report  # noqa: F401
         from tb_leak_plugin.analysis import series as _series  # noqa: F401
+        _warm_up_analysis()
 
         self.run_name = run_name
         self.on_leak = on_leak
@@ -253,6 +254,7 @@ class LeakWatch:
         # at this one: id(class) -> (bytes, ids of the owners) (see _owner_classes).
         self._owners_before: dict = {}
         self._owners_now: dict = {}
+        self._owner_totals: dict = {}  # id(class) -> (first, last, growths in a row) of its buffers' bytes
         self._chosen: list = []          # indices of the buffers a culprit is traced through
         self._from_scan = False          # the culprit's targets are the numpy scan's arrays
         self._own = None                 # the program's own classes in the census announced
@@ -279,6 +281,17 @@ class LeakWatch:
     # -- called by the monitor -----------------------------------------------
 
     def announce(self, census) -> None:
+        """Ask the census for the groups of objects the watch reads at this
+        walk. Never raises: a failure switches the watch off for the run."""
+        if self._failed:
+            return
+        try:
+            self._announce(census)
+        except Exception as error:
+            self._failed = True
+            self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
+
+    def _announce(self, census) -> None:
         kinds = [kind for kind in census.by_type() if id(kind) in self._marks]
         census.want(*kinds)
         census.want_group(_CONTAINER_SET)
@@ -566,6 +579,13 @@ class LeakWatch:
                     break
                 if key in self._containers or key in self._ignored:
                     continue
+                if _bounded(containers[big[index]]):
+                    # A deque with a maxlen cannot accumulate: refilled from
+                    # empty (a prefetch pool drained at one walk, full at the
+                    # next), it was named as the holder of a C heap's growth.
+                    if len(self._ignored) < 4096:
+                        self._ignored.add(key)
+                    continue
                 entry = _Container(type(containers[big[index]]), made=bool(unseen[index]))
                 entry.history = [(self._last_step, self._last_wall, int(before[index])),
                                  (step, wall_time, int(lens[index]))]
@@ -811,6 +831,8 @@ class LeakWatch:
         self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes)
         self._owners_before = self._owners_now
         self._owners_now = _owner_classes(self._walk_sizes, self._walk_buffers)
+        self._owner_totals = _note_sizes(self._owner_totals,
+                                         [(kind, total) for kind, (total, _owners) in self._owners_now.items()])
         self._walk_seconds += time.perf_counter() - started
 
     def _read_locals_now(self) -> None:
@@ -847,7 +869,7 @@ class LeakWatch:
                 (culprit.kind == "series" and culprit.unit == "bytes"):
             self._chosen = _growth_holding_arrays(culprit, report, self._walk_sizes, self._buffer_history) \
                 or _owners_holding_growth(culprit, report, self._walk_sizes, self._walk_buffers,
-                                          self._owners_before)
+                                          self._owners_before, self._owner_totals)
             if self._chosen or ("eager" not in culprit.name and "numpy" not in culprit.name):
                 return None, [self._walk_buffers[index] for index in self._chosen]
             # Live tensors' bytes that no one buffer holds: traced by type.
@@ -990,6 +1012,22 @@ class LeakWatch:
                     self.on_leak(report)
                 except Exception as error:
                     self._log(f"on_leak callback failed ({type(error).__name__}: {error})")
+
+
+def _warm_up_analysis() -> None:
+    """Run the trend analysis once on a made-up series, so that what it
+    imports lazily is imported before the baseline walk too: numpy's
+    ``median`` imports ``numpy.ma`` and the noise estimate ``numpy.fft``
+    at their first call, which grew numpy's registry of array functions
+    (285 to 301 entries) between two walks of a loop without TensorFlow,
+    and that set was named as the holder of the program's memory growth."""
+    from tb_leak_plugin.analysis.trend import assess_series
+
+    steps = np.arange(48, dtype=np.float64)
+    try:
+        assess_series(steps, 1e6 + 64.0 * steps + 4096.0 * (steps % 12 == 0), unit="bytes")
+    except Exception:
+        pass
 
 
 def summarize(culprit) -> str:
@@ -1401,14 +1439,17 @@ def _owner_classes(sizes: list, targets: list) -> dict:
     return {kind: (total, np.unique(np.asarray(owners, np.int64))) for kind, (total, owners) in groups.items()}
 
 
-def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: dict) -> list:
+def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: dict, totals: dict) -> list:
     """Where no one buffer holds the growth of the culprit's series (see
     _growth_holding_arrays): the buffers of the program's objects of one
     class, summed, that grew since the last walk by at least
     WATCH.local_array_growth_share of that growth, the way a heap analyser
     counts what is retained per path rather than per object (a registry
     keeping a processor per domain, each with 0.5 MiB of tables: no one
-    table grows). Returns the indices in ``sizes`` of one buffer each of at
+    table grows). As for one buffer, the sum must have grown at each of the
+    last two walks and by that much since first seen (``totals``): a pool
+    of a fixed number of batches, full at one walk, empty at the next and
+    full again, holds no growth. Returns the indices in ``sizes`` of one buffer each of at
     most WATCH.local_arrays_traced owners of that class made since the last
     walk (their address was no owner's then), the largest buffers first."""
     series = next((r for r in (report.series if report is not None else ())
@@ -1418,7 +1459,8 @@ def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: 
     bar = WATCH.local_array_growth_share * float(series.trend.total_growth)
     now = _owner_classes(sizes, targets)
     grown = [(total - before.get(kind, (0, None))[0], kind) for kind, (total, _owners) in now.items()]
-    grown = [(gain, kind) for gain, kind in grown if gain >= bar]
+    grown = [(gain, kind) for gain, kind in grown if gain >= bar and kind in totals
+             and totals[kind][2] >= 2 and totals[kind][1] - totals[kind][0] >= bar]
     if not grown:
         return []
     kind = max(grown)[1]
@@ -1526,6 +1568,17 @@ def _size_of(item) -> int:
 def _name_of(kind) -> str:
     name = referrers._type_attr(kind, "__name__")
     return str.__str__(name) if issubclass(type(name), str) else "?"
+
+
+def _bounded(container) -> bool:
+    """Whether ``container`` is a deque with a maxlen (read with the C
+    type's own descriptor: a subclass's property never runs)."""
+    if not issubclass(type(container), collections.deque):
+        return False
+    try:
+        return collections.deque.maxlen.__get__(container, collections.deque) is not None
+    except Exception:
+        return False
 
 
 def _per_step(entry) -> bool:
