@@ -453,7 +453,7 @@ def test_memory_the_collector_freed_at_close_is_not_left_out():
     assert all(c.kind in ("tensors", "object_type") for c in let_go), let_go
 
 
-def _with_memory_before_collection(run, fell_before: bool):
+def _with_memory_before_collection(run, fell_before, value_of=None):
     """``run`` with the C allocator's bytes and Python's blocks read at
     close() just before the last walk's collection: already fallen to what
     the reading after it shows (the loop's data freed by reference counts
@@ -464,7 +464,7 @@ def _with_memory_before_collection(run, fell_before: bool):
     series = dict(run.series)
     for tag in ("leak/process/malloc_bytes", "leak/python/allocated_blocks"):
         s = run.series[tag]
-        value = s.values[-1] if fell_before else s.values[-2]
+        value = value_of(s) if value_of is not None else s.values[-1] if fell_before else s.values[-2]
         info = SeriesInfo("gc", s.info.measure + BEFORE_COLLECTION, s.info.unit)
         series[info.tag] = Series.from_points(info.tag, info, s.steps[-1:], s.wall_times[-1:], np.array([value]))
     return RunData(name=run.name, path=None, series=series)
@@ -489,6 +489,14 @@ def test_memory_that_fell_before_the_last_collection_is_the_program_s_release():
     assert by_tag["leak/process/malloc_bytes"].verdict != "leak"
     assert by_tag["leak/python/allocated_blocks"].verdict != "leak"
     assert "unreachable objects, more than any walk before" in by_tag["leak/process/malloc_bytes"].trend.reason
+    # A reading below the last by more than the whole fall (0, a negative
+    # or infinite value: a corrupt file) is no reading of that memory: the
+    # rule without it stands (before: 0 or -1e12 read as a release).
+    for corrupt in (0.0, -1e12, -np.inf, np.nan):
+        run = _with_memory_before_collection(_eager_history_let_go(collected_at_close=75871), None,
+                                             value_of=lambda s, v=corrupt: v)
+        by_tag = {s.tag: s for s in build_run_report(run).series}
+        assert by_tag["leak/process/malloc_bytes"].verdict != "leak", corrupt
 
 
 def test_a_type_that_grows_within_certified_python_memory_is_told_not_called_a_leak():
