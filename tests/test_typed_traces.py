@@ -495,6 +495,79 @@ def test_an_old_container_a_local_holds_is_found_from_the_local_without_a_pass_o
     assert not result.held_by and not result.complete
 
 
+def test_old_containers_under_one_holder_are_all_found_from_the_local():
+    """Four old buckets (made before the baseline) under one dict, each
+    keeping new items: every chain down from the local joins the first one
+    at the dict, and all four targets are named with no pass of the heap."""
+    import gc
+
+    accum = Accumulator()
+    accum._buckets = {window: [] for window in range(4)}
+    baseline = {id(x) for x in gc.get_objects()}
+    for bucket in accum._buckets.values():
+        bucket.extend([bytearray(8)] for _ in range(5))
+    del bucket
+    targets = [bucket[2] for bucket in accum._buckets.values()]
+    fresh = [x for x in gc.get_objects() if id(x) not in baseline]
+    result = referrers.trace(targets, time_cap_s=2.0, max_depth=0, fresh=fresh)
+    fresh = None
+    assert result.found == 4 and result.levels == 0 and result.complete, result
+    (held,) = result.held_by
+    assert held.instances == 4 and held.hops[0]["name"] == "accum", held.path
+
+
+def test_a_local_is_the_shortest_root_even_where_another_local_reaches_it():
+    """A list that is a local of its own and an entry of another local's
+    attribute: named as the local (the search down from the locals must
+    not hand it the longer path)."""
+    trainer = Accumulator()
+    history = [Box() for _ in range(3)]
+    trainer._buckets["history"] = history
+    result = referrers.trace([history], time_cap_s=2.0)
+    (held,) = result.held_by
+    assert held.hops[0]["kind"] == "local" and held.hops[0]["name"] == "history" and len(held.hops) == 1, held.path
+
+
+def test_the_search_down_reads_no_large_container_and_keeps_its_reading_budget(monkeypatch):
+    """A local that is a 300,000-word vocabulary (a dict the collector does
+    not track) beside the local that holds the leak: the search down never
+    reads the large dict (its referents would be read in full, past the
+    trace's cap), and reads at most MAX_DOWN_READ references in all."""
+    import gc
+
+    vocabulary = {f"w{i}": i for i in range(300_000)}
+    rows = [list(range(30_000)) for _ in range(40)]  # 1.2 M references in containers under the limit
+    accum = Accumulator()
+    accum._buckets[0] = [[bytearray(8)]]
+    sizes = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(gc, name)
+
+        @staticmethod
+        def get_referents(*objects):
+            out = gc.get_referents(*objects)
+            sizes.append(len(out))
+            return out
+
+    real = referrers._down_from_locals
+
+    def down(*args, **kwargs):
+        monkeypatch.setattr(referrers, "gc", Spy())
+        try:
+            return real(*args, **kwargs)
+        finally:
+            monkeypatch.setattr(referrers, "gc", gc)
+
+    monkeypatch.setattr(referrers, "_down_from_locals", down)
+    result = referrers.trace([accum._buckets[0][0]], time_cap_s=2.0, max_depth=0)
+    assert result.held_by and result.held_by[0].hops[0]["name"] == "accum", result
+    assert sizes and max(sizes) <= referrers._LARGE and len(vocabulary) > referrers._LARGE
+    assert sum(sizes) <= referrers.MAX_DOWN_READ + referrers._LARGE, sum(sizes)
+    del rows
+
+
 def test_the_hashed_share_of_a_large_type_tells_its_new_instances():
     import numpy as np
 

@@ -583,8 +583,8 @@ class LeakWatch:
                     # A deque with a maxlen cannot accumulate: refilled from
                     # empty (a prefetch pool drained at one walk, full at the
                     # next), it was named as the holder of a C heap's growth.
-                    if len(self._ignored) < 4096:
-                        self._ignored.add(key)
+                    # (Checked at each walk, not remembered by address: a
+                    # deque made later may reuse it.)
                     continue
                 entry = _Container(type(containers[big[index]]), made=bool(unseen[index]))
                 entry.history = [(self._last_step, self._last_wall, int(before[index])),

@@ -995,59 +995,106 @@ def _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, 
         wanted.clear()
 
 
-# Objects read at most, and references followed at most, by the search down
-# from the running functions' locals (see _down_from_locals): about 10 ms.
+# References the search down from the running functions' locals reads at most
+# (see _down_from_locals), how many of them it follows, and how far down:
+# about 10 ms. A container larger than _LARGE is not read at all.
 MAX_DOWN = 20_000
+MAX_DOWN_READ = 200_000
 DOWN_DEPTH = 6
+_SMALL = 1_024
+_SIZED = (list, tuple, dict, set, frozenset, collections.deque)
+
+
+def _items(holder) -> int:
+    """How many items a built-in container (or a subclass) holds, read with
+    the built-in type's own ``__len__`` (0 for anything else)."""
+    kind = type(holder)
+    for base in _SIZED:
+        if issubclass(kind, base):
+            try:
+                return base.__len__(holder)
+            except Exception:
+                return 0
+    return 0
 
 
 def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, deadline) -> list:
     """Looks for the frontier's objects among what the running functions'
     locals reach in at most ``DOWN_DEPTH`` references, breadth first (one
-    ``gc.get_referents`` per object read, at most ``MAX_DOWN`` of them):
-    the roots' side of the search, as a heap analyser walks from its GC
-    roots. A leak's new objects climbed in memory (see _through_fresh)
-    end at the old container that accumulates them, and a training
-    function's local often holds that container through an attribute or
-    two (``accum._buckets``); from below, each of those hops costs a pass
-    of the heap (tens of milliseconds on a TensorFlow heap, where a trace
-    within the budget of a short run was cut after three). Module
-    namespaces, classes and frames are not entered: they reach everything,
-    and the search of the heap names their holds as roots. Fills
-    ``nodes``, ``parent`` and ``rooted`` for each object found and returns
-    the frontier without them; past ``deadline`` it returns what it found."""
+    ``gc.get_referents`` per object read, at most ``MAX_DOWN_READ``
+    references read and ``MAX_DOWN`` objects followed; a container of more
+    than ``_LARGE`` items is not read: the search of the heap finds what it
+    holds): the roots' side of the search, as a heap analyser walks from
+    its GC roots. A leak's new objects climbed in memory (see
+    _through_fresh) end at the old container that accumulates them, and a
+    training function's local often holds that container through an
+    attribute or two (``accum._buckets``); from below, each of those hops
+    costs a pass of the heap (tens of milliseconds on a TensorFlow heap,
+    where a trace within the budget of a short run was cut after three).
+    Module namespaces, classes and frames are not entered: they reach
+    everything, and the search of the heap names their holds as roots. A
+    frontier object that is a local itself is rooted there (a local is the
+    shortest root). Fills ``nodes``, ``parent`` and ``rooted`` for each
+    object found and returns the frontier without them; past ``deadline``
+    it returns what it found."""
+    for node in frontier:
+        local = roots.locals.get(id(node))
+        if local is not None and local[1] is node:
+            rooted[id(node)] = local[0]
     # (An object the climb reached through a fresh holder is not looked for.)
     wanted = {id(x) for x in frontier if id(x) not in rooted and id(x) not in parent}
     if not wanted or not roots.locals:
-        return frontier
+        return [node for node in frontier if id(node) not in rooted]
     came: dict[int, int | None] = {}  # id(object) -> id(its holder on the way down); None: a local
     by_id: dict[int, object] = {}
     level = []
     own.update((id(came), id(by_id), id(level), id(wanted)))
     found = []
+    read = read_large = 0
     try:
         for key, (_hop_, value) in roots.locals.items():
-            if key in own or key in roots.own_values or key in wanted:
-                continue  # (a local that is itself followed is rooted by the search)
+            if key in own or key in roots.own_values or key in rooted:
+                continue
             came[key] = None
             by_id[key] = value
             level.append(value)
         for _depth in range(DOWN_DEPTH):
             below = []
             own.add(id(below))
-            for index, holder in enumerate(level):
-                if index % 256 == 0 and time.perf_counter() > deadline:
-                    break
-                holder_id = id(holder)
+            # The small holders of a level first (an object's attributes, a
+            # dict of a few buckets), the containers of many items after:
+            # the references read are bounded, and a local's rows of numbers
+            # must not spend them before the attribute that holds the leak.
+            small, large = [], []
+            own.update((id(small), id(large)))
+            for holder in level:
                 kind = type(holder)
-                if id(kind) in _ATOMIC_IDS or holder_id in roots.module_dicts or issubclass(kind, type) \
-                        or kind is types.ModuleType or kind is types.FrameType \
-                        or not _may_hold(holder, kind, False, nodes, own_kinds):
+                if id(kind) in _ATOMIC_IDS or id(holder) in roots.module_dicts or issubclass(kind, type) \
+                        or kind is types.ModuleType or kind is types.FrameType:
+                    continue
+                count = _items(holder)
+                if count <= _SMALL:
+                    small.append(holder)
+                elif count <= _LARGE:
+                    large.append(holder)
+            level = small + large
+            first_large = len(small)
+            small = large = None
+            for index, holder in enumerate(level):
+                if read > MAX_DOWN_READ or time.perf_counter() > deadline:
+                    break
+                if index >= first_large and read_large > MAX_DOWN_READ // 2:
+                    break  # half the references are kept for the small holders further down
+                holder_id = id(holder)
+                if not _may_hold(holder, type(holder), False, nodes, own_kinds):
                     continue
                 try:
                     referents = gc.get_referents(holder)
                 except Exception:
                     continue
+                read += len(referents) + 1
+                if index >= first_large:
+                    read_large += len(referents)
                 for child in referents:
                     child_id = id(child)
                     if child_id in came or child_id in own or child_id == holder_id:
@@ -1066,24 +1113,31 @@ def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, de
             if not level or len(found) == len(wanted):
                 break
         level = None
-        linked = set()
+        linked, added = set(), set()
         for child_id in found:
             # The chain down, from the local to the object found: it joins the
-            # holders found so far only at that object (an object on it that
-            # the climb already reached would make a cycle of holders).
+            # holders found so far only at that object, or at one this search
+            # linked (an object on it that the climb already reached would
+            # make a cycle of holders).
             chain = []
             holder_id = came[child_id]
             while holder_id is not None:
                 chain.append(holder_id)
                 holder_id = came[holder_id]
-            if any(i in nodes or i in parent or i in rooted for i in chain):
+            if any(i not in added and (i in nodes or i in parent or i in rooted) for i in chain):
                 continue
-            for below_id, above_id in zip([child_id] + chain, chain):
+            below_id = child_id
+            for above_id in chain:
                 parent[below_id] = [above_id]
+                if above_id in added:
+                    break  # linked to its local already
                 nodes[above_id] = by_id[above_id]
-            rooted[chain[-1]] = roots.locals[chain[-1]][0]
+                added.add(above_id)
+                below_id = above_id
+            else:
+                rooted[chain[-1]] = roots.locals[chain[-1]][0]
             linked.add(child_id)
-        return [node for node in frontier if id(node) not in linked] if linked else frontier
+        return [node for node in frontier if id(node) not in linked and id(node) not in rooted]
     finally:
         came.clear()
         by_id.clear()
