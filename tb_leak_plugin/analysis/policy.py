@@ -291,6 +291,11 @@ class WatchPolicy:
     # sliver), and at most this many such arrays are traced.
     local_array_growth_share: float = 0.5
     local_arrays_traced: int = 3
+    # Walks in a row at which an attribute's buffer, or a class's buffers
+    # summed, must have grown to be named as holding a memory leak's growth
+    # (with half the growth since first seen): one walk's gain is also what a
+    # pool of a fixed size shows when it is refilled.
+    buffer_growth_walks: int = 2
     # The same for one object that grows in place or is re-bound to a bigger one
     # in an attribute of one of the program's own objects or a global of its own
     # modules (a parser's bytearray extended by every chunk received, a memory

@@ -1421,7 +1421,8 @@ def _growth_holding_arrays(culprit, report, sizes: list, history: dict) -> list:
         if entry is None or size < bar:
             continue
         first, _last, streak = entry
-        if key[0] == "local" and streak >= 1 or key[0] != "local" and streak >= 2 and size - first >= bar:
+        if key[0] == "local" and streak >= 1 or key[0] != "local" and streak >= WATCH.buffer_growth_walks \
+                and size - first >= bar:
             grown.append((size, index))
     grown.sort(key=lambda item: -item[0])
     return [index for _size, index in grown[:WATCH.local_arrays_traced]]
@@ -1460,7 +1461,7 @@ def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: 
     now = _owner_classes(sizes, targets)
     grown = [(total - before.get(kind, (0, None))[0], kind) for kind, (total, _owners) in now.items()]
     grown = [(gain, kind) for gain, kind in grown if gain >= bar and kind in totals
-             and totals[kind][2] >= 2 and totals[kind][1] - totals[kind][0] >= bar]
+             and totals[kind][2] >= WATCH.buffer_growth_walks and totals[kind][1] - totals[kind][0] >= bar]
     if not grown:
         return []
     kind = max(grown)[1]
