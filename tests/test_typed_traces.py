@@ -516,6 +516,44 @@ def test_old_containers_under_one_holder_are_all_found_from_the_local():
     assert held.instances == 4 and held.hops[0]["name"] == "accum", held.path
 
 
+class _SessionStack:
+    def __init__(self):
+        self.stack = []
+
+
+_SESSION_STACK = _SessionStack()
+
+
+class _Session:
+    """Pushes itself on a global stack and keeps a way back to it, as
+    TensorFlow's InteractiveSession keeps its default-session context."""
+
+    def __init__(self):
+        self._context = {"controller": _SESSION_STACK}
+        _SESSION_STACK.stack.append(self)
+
+
+def test_what_leaks_is_no_way_down_to_its_holder():
+    """A session per step pushed on a global stack: the local holding the
+    newest session reaches the stack through the session's own context, but
+    the stack's holder is the global. The search down from the locals does
+    not go through an object of the class that leaks."""
+    _SESSION_STACK.stack.clear()
+    for _ in range(30):
+        sess = _Session()
+    targets = _SESSION_STACK.stack[3:20:4]
+    result = referrers.trace(targets, time_cap_s=2.0)
+    assert sess is _SESSION_STACK.stack[-1]
+    (held,) = result.held_by
+    assert held.hops[0]["kind"] == "global" and held.hops[0]["name"].endswith("_SESSION_STACK"), held.path
+    assert held.instances == len(targets)
+    # The stack itself, traced as a container that accumulates sessions.
+    result = referrers.trace([_SESSION_STACK.stack], time_cap_s=2.0, containers=True)
+    (held,) = result.held_by
+    assert held.hops[0]["kind"] == "global" and held.hops[0]["name"].endswith("_SESSION_STACK"), held.path
+    _SESSION_STACK.stack.clear()
+
+
 def test_a_local_is_the_shortest_root_even_where_another_local_reaches_it():
     """A list that is a local of its own and an entry of another local's
     attribute: named as the local (the search down from the locals must

@@ -631,7 +631,7 @@ class LeakWatch:
             objs = [obj for _key, _entry, obj in chosen]
             result = referrers.trace(objs, time_cap_s=self._trace_cap(),
                                      exclude=_census_lists(census) + [pending, chosen] + pending + chosen,
-                                     local_hops=census.local_hops)
+                                     local_hops=census.local_hops, containers=True)
             objs = None
             self.trace_seconds += result.seconds
             by_signature = {h.signature: h for h in result.held_by}
@@ -940,7 +940,7 @@ class LeakWatch:
             if self._left() < WATCH.min_trace_s:
                 break
             result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude,
-                                     local_hops=census.local_hops)
+                                     local_hops=census.local_hops, containers=True)
             seconds += result.seconds
             traced += 1
             if result.held_by and result.held_by[0].signature not in result.own \

@@ -643,7 +643,7 @@ def _closure_name(function, cell) -> str | None:
 
 
 def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_depth: int = MAX_DEPTH,
-          local_hops=None, fresh=None) -> TraceResult:
+          local_hops=None, fresh=None, containers: bool = False) -> TraceResult:
     """Shortest reference paths from a root to each of ``targets``.
 
     ``exclude``: objects never counted as holders (the caller's own lists).
@@ -655,19 +655,21 @@ def trace(targets, *, time_cap_s: float = 0.25, exclude=(), suffixes=None, max_d
     `_through_fresh`): the search first climbs through them in memory, so
     a chain of new objects of any length (a wrapper wrapping the last one,
     a future holding a condition holding a lock) costs no pass of the heap.
-    Objects of tb-leak's own types are never holders. Never raises; returns
+    ``containers``: the targets are containers that accumulate what leaks
+    (not what leaks themselves). Objects of tb-leak's own types are never holders. Never raises; returns
     what it found within ``time_cap_s`` (the search takes up to 80% of it,
     naming the hops the rest).
     """
     started = time.perf_counter()
     try:
         return _trace(list(targets), started, time_cap_s, list(exclude) + [targets], suffixes, max_depth,
-                      local_hops, fresh)
+                      local_hops, fresh, containers)
     except Exception:
         return TraceResult([], len(targets), 0, time.perf_counter() - started, False)
 
 
-def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hops=None, fresh=None) -> TraceResult:
+def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hops=None, fresh=None,
+           containers=False) -> TraceResult:
     search_deadline = started + 0.8 * time_cap_s
     deadline = started + time_cap_s
     roots = _Roots(local_hops)
@@ -700,7 +702,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             frontier = _through_fresh(frontier, fresh, nodes, parent, rooted, root_holders, roots, own, own_kinds,
                                       started + 0.55 * time_cap_s)
         frontier = _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds,
-                                     min(time.perf_counter() + 0.15 * time_cap_s, search_deadline))
+                                     min(time.perf_counter() + 0.15 * time_cap_s, search_deadline),
+                                     _leaking_kinds(targets, containers))
         while frontier:
             # A running function's local variable is the shortest root.
             for node in frontier:
@@ -1018,7 +1021,42 @@ def _items(holder) -> int:
     return 0
 
 
-def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, deadline) -> list:
+def _last_items(holder, count: int = 8) -> list:
+    """Up to ``count`` of the newest items of a built-in container (values
+    of a mapping), read with the built-in type's own methods (no code of
+    the program runs); [] for anything else."""
+    try:
+        kind = type(holder)
+        if issubclass(kind, (list, collections.deque)):
+            base = list if issubclass(kind, list) else collections.deque
+            size = base.__len__(holder)
+            return [base.__getitem__(holder, i) for i in range(max(0, size - count), size)]
+        if issubclass(kind, dict):
+            return list(itertools.islice(reversed(dict.values(holder)), count))
+        if issubclass(kind, (set, frozenset)):
+            base = set if issubclass(kind, set) else frozenset
+            return list(itertools.islice(base.__iter__(holder), count))
+    except Exception:
+        pass
+    return []
+
+
+def _leaking_kinds(targets, containers: bool = False) -> set:
+    """Ids of the classes that leak, for the targets of a trace: a target's
+    own class where it is the program's or a library's (not a built-in,
+    whose instances are also the program's structure), or, where the
+    targets are containers that accumulate (``containers``), the classes
+    of their newest items. See _down_from_locals."""
+    kinds = set()
+    for target in targets:
+        for obj in (_last_items(target) if containers else [target]):
+            kind = type(obj)
+            if getattr(kind, "__module__", None) != "builtins":
+                kinds.add(id(kind))
+    return kinds
+
+
+def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, deadline, leaking=frozenset()) -> list:
     """Looks for the frontier's objects among what the running functions'
     locals reach in at most ``DOWN_DEPTH`` references, breadth first (one
     ``gc.get_referents`` per object read, at most ``MAX_DOWN_READ``
@@ -1034,7 +1072,14 @@ def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, de
     Module namespaces, classes and frames are not entered: they reach
     everything, and the search of the heap names their holds as roots. A
     frontier object that is a local itself is rooted there (a local is the
-    shortest root). Fills ``nodes``, ``parent`` and ``rooted`` for each
+    shortest root). An object of a class that leaks (``leaking``: the
+    targets' own classes, or those of the items a container target
+    accumulates) is not gone through: what leaks is not what holds
+    the container it is kept in, though it may refer back to it (an
+    InteractiveSession made this step reaches TensorFlow's default-session
+    stack that keeps every session, through its own context manager; the
+    stack's holder is the global, and a local holding the newest session
+    would hide it). Fills ``nodes``, ``parent`` and ``rooted`` for each
     object found and returns the frontier without them; past ``deadline``
     it returns what it found."""
     for node in frontier:
@@ -1070,7 +1115,7 @@ def _down_from_locals(frontier, nodes, parent, rooted, roots, own, own_kinds, de
             for holder in level:
                 kind = type(holder)
                 if id(kind) in _ATOMIC_IDS or id(holder) in roots.module_dicts or issubclass(kind, type) \
-                        or kind is types.ModuleType or kind is types.FrameType:
+                        or kind is types.ModuleType or kind is types.FrameType or id(kind) in leaking:
                     continue
                 count = _items(holder)
                 if count <= _SMALL:
