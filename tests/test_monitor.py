@@ -592,3 +592,36 @@ def test_the_allowance_is_seconds_of_the_monitors_own_work_whatever_the_contenti
         cheap["share"] + heap["share"])
     released = m.DEFAULT_ALLOWANCE_S * expected * share
     assert stats["budget_seconds"] == pytest.approx(0.01 * t + released, rel=0.05)
+
+
+def test_a_walk_after_memory_grew_collects_fully(tmp_path):
+    """On a heap where a full collection is dear (run every fourth walk),
+    memory that grew by a material amount since the reading right after the
+    last full collection makes the next walk's collection full: only a full
+    one tells garbage waiting in the oldest generation from live data. Memory
+    that stays within the noise does not. (The schedule's state is set by
+    hand: the decision, not how a machine times collections, is tested.)"""
+    monitor = tbleak.Monitor(str(tmp_path / "run"))
+    try:
+        monitor._full_gc_cheap_s, monitor._full_gc_first, monitor._walk_base_s = 1.0, False, 0.1
+        monitor._garbage_share, monitor._walks_since_full = 0.0, 0
+        process = metadata.SeriesInfo("process", "malloc_bytes", "bytes")
+        blocks = metadata.SeriesInfo("python", "allocated_blocks", "blocks")
+        monitor._note_memory([(process, 100e6), (blocks, 1e6)], after_full=True)
+        assert not monitor._full_collection_next()
+        monitor._note_memory([(process, 100.5e6), (blocks, 1.002e6)], after_full=False)
+        assert not monitor._full_collection_next()  # 0.5%: within the noise a level moves by
+        monitor._note_memory([(process, 102e6)], after_full=False)
+        assert monitor._full_collection_next()  # 2 MB: more than 1% of the level
+        monitor._note_memory([(process, 102e6), (blocks, 1.002e6)], after_full=True)
+        assert not monitor._full_collection_next()  # the new live level
+        monitor._note_memory([(blocks, 1.02e6)], after_full=False)
+        assert monitor._full_collection_next()  # Python's blocks, by 20,000
+        # A full walk that read no memory takes the next reading as its level.
+        monitor._note_memory([], after_full=True)
+        monitor._note_memory([(process, 103e6), (blocks, 1.02e6)], after_full=False)
+        assert not monitor._full_collection_next()
+        monitor._note_memory([(process, float("nan"))], after_full=False)
+        assert not monitor._full_collection_next()
+    finally:
+        monitor.close()

@@ -210,12 +210,16 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
     readings right after the full collections of the training's walks grew
     too (garbage-free readings: live data, see ``_grew_after_full_collections``),
     the two cannot be told apart, so the growth is no leak claim of this
-    series: RSS, which keeps its pages, and the other series judge the run."""
+    series: RSS, which keeps its pages, and the other series judge the run.
+    Where memory was read just before that collection, the growth's own
+    segment (fitted on that reading, see ``_before_the_fall``) is where the
+    full collections are looked for too."""
     found = _garbage_at_last_walk(series, collected)
     if found is None or found[0] <= found[1] or not falls_back_at_end(series.steps, series.values) \
             or _fell_before_collection(series, before):
         return trend
-    if _grew_after_full_collections(trend, series, full):
+    if _grew_after_full_collections(trend, series, full) \
+            or _grew_after_full_collections(_before_the_fall(series, before) or trend, series, full):
         return dataclasses.replace(trend, reason=(
             f"{trend.reason}; it grew between the full collections of the training's walks too (live data), "
             f"and fell back at the last walk (step {int(series.steps[-1])}): let go when the loop returned"))
@@ -227,11 +231,28 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
                                confidence=0.0, p_value=max(trend.p_value, POLICY.alpha_leak))
 
 
+def _before_the_fall(series: Series, before: Series | None) -> TrendResult | None:
+    """The series' trend with its last reading taken just before the last
+    walk's collection (``before``) instead of after it: the memory the
+    training held, garbage and all. The fall is then no longer in the fit,
+    whose current segment reaches back to where the growth began (with the
+    fall in, the last stretch is cut short around it, and the full
+    collections of the growth may fall before it). None where there is no
+    such reading."""
+    if before is None or not len(before) or len(series) < 2 \
+            or float(before.steps[-1]) != float(series.steps[-1]) or not np.isfinite(before.values[-1]):
+        return None
+    values = np.array(series.values, dtype=np.float64)
+    values[-1] = float(before.values[-1])
+    return assess_series(series.steps, values, series.wall_times, unit=series.info.unit)
+
+
 def _after_full_collections(trend: TrendResult, series: Series, full: Series, end: float):
     """The series' readings right after full collections (nothing
     unreachable left: live data only) up to ``end``: (steps, values, the
     step the analysed segment starts at)."""
-    start = (trend.fit or {}).get("start_step", int(series.steps[0]))
+    fit = trend.fit or {}
+    start = fit.get("segment_step", fit.get("start_step", int(series.steps[0])))
     fulls = full.steps[full.values == 1.0]
     keep = np.isin(series.steps, fulls) & (series.steps <= end) & np.isfinite(series.values)
     return series.steps[keep], series.values[keep], start

@@ -236,11 +236,15 @@ def samples_note(dropped, left_out):
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def fit_dict(t_start, t_end, level, slope, lo, hi):
+def fit_dict(t_start, t_end, level, slope, lo, hi, t_segment=None):
+    """The fitted line of the current segment, from ``start_step`` (its first
+    points trimmed) to ``end_step``; ``segment_step``: where the segment
+    itself begins."""
     span = t_end - t_start
     return {"start_step": int(t_start), "end_step": int(t_end), "start_value": level,
             "end_value": level + slope * span, "ci_low_end": level + lo * span,
-            "ci_high_end": level + hi * span}
+            "ci_high_end": level + hi * span,
+            "segment_step": int(t_start if t_segment is None or not math.isfinite(t_segment) else t_segment)}
 
 
 def _duration(seconds: float) -> str:

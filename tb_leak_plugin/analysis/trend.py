@@ -59,6 +59,7 @@ class _Fit:
     readings: list = dataclasses.field(default_factory=list)  # (slope, se, df) of each reading
     leak_readings: list = dataclasses.field(default_factory=list)  # ... and those a leak must also hold under
     refill: float = 0.0   # the drop a growth right after one reset may be refilling
+    t_segment: float | None = None  # where the current segment begins, before its first points are trimmed
 
 
 def assess_series(steps, values, wall_times=None, *, unit="bytes", available_bytes=None,
@@ -245,6 +246,7 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     # The current segment has at least min_segment points, however short
     # the series (a slope through two heap walks has no noise to judge it by).
     s = min(int(starts[-1]), max(y.size - policy.min_segment, 0))
+    t_segment = float(t[s])
     if s > 0:
         # Where a segment starts is uncertain by a few points: its first
         # points may still belong to the regime before (a ramp's end, a
@@ -258,7 +260,7 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
                 se=readings[0][1], df=readings[0][2], noise=_noise(reg.resid, res),
                 segments=int(starts.size), resets=0, jump=jump, used=int(yy.size),
                 shift=float(reg.beta[2]) if len(cols) > 1 else 0.0, readings=readings, refill=refill,
-                leak_readings=leak_readings)
+                leak_readings=leak_readings, t_segment=t_segment)
 
 
 def _segment_with_noise(t, y, res, policy):
@@ -641,7 +643,7 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
                   leak_readings=[] if fit.refill else [list(r) for r in fit.leak_readings or readings],
                   slope_per_hour=b * sps * 3600.0 if sps else None,
                   samples=n, noise=fit.noise, unit=unit, dropped_samples=dropped, materiality=material,
-                  fit=fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi),
+                  fit=fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi, fit.t_segment),
                   total_growth=b * seg, seconds_to_exhaustion=None, steps_to_exhaustion=None)
     if p_leak < policy.alpha_leak:
         steps_ex = _exhaustion(unit, available_bytes, b)

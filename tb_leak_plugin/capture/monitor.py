@@ -40,6 +40,7 @@ import sys
 import threading
 import weakref
 
+from tb_leak_plugin.analysis.policy import POLICY
 from tb_leak_plugin.capture import cluster as cluster_lib
 from tb_leak_plugin.capture import probes as probes_lib
 # time.perf_counter() and time.time() below read capture/clock.py: real time,
@@ -179,6 +180,10 @@ _FORESIGHT_MARGIN = 1.25
 _COLLECTED_INFO = SeriesInfo("gc", "collected", "count")
 _MEMORY_PROBES = (probes_lib.ProcessProbe, probes_lib.MallocProbe, probes_lib.PythonHeapProbe)
 _MEMORY_MEASURES = frozenset({"rss_bytes", "rss_anon_bytes", "malloc_bytes", "allocated_blocks"})
+# The memory whose growth since the last full collection makes the next one
+# full (Monitor._grew_since_full): RSS's anonymous part where it is read,
+# the C allocator's, Python's.
+_GROWTH_MEASURES = frozenset({"rss_anon_bytes", "malloc_bytes", "allocated_blocks"})
 _FULL_INFO = SeriesInfo("gc", "full_collection", "count")
 # 1 where the profiler window the program asked for starts recording, 0 where
 # it stops: the profiler's own buffers grow memory inside the window and are
@@ -325,7 +330,8 @@ class Monitor:
       census_collects_garbage: collect garbage before each census, so that
         unreachable cycles waiting for the collector are not counted as live
         objects: a full ``gc.collect()`` on the first and last census, every
-        4th, every one while the program makes cyclic garbage, and every one
+        4th, every one while the program makes cyclic garbage, every one
+        after memory grew materially since the last full one, and every one
         where a full collection is cheap (a small heap); the young generations
         in between (its cost is part of the census cost and budget).
       run_name: the run under ``logdir`` to write to; may use ``{task_type}``,
@@ -442,6 +448,11 @@ class Monitor:
         self._finalizing = False
         self._garbage_share: float | None = None  # of the last full collection
         self._walks_since_full = 0
+        # The memory read last, and read right after the last full collection
+        # (see _grew_since_full): measure -> value.
+        self._memory_now: dict[str, float] = {}
+        self._memory_at_full: dict[str, float] = {}
+        self._awaiting_full_reading = False
         self._garbage_found: int | None = None
         # Unreachable objects the last walk's collection found (full or young).
         self._collected: int | None = None
@@ -741,6 +752,7 @@ class Monitor:
                     walked = {info for info, _value in sample}
                     cheap_sample = [item for item in cheap_sample if item[0] not in walked]
             sample.extend(cheap_sample)
+            self._note_memory(cheap_sample, walking and full_gc)
             wall_time = time.time()
             optional = 0.0  # the watch's analysis and traces at this walk
             over = 0.0
@@ -886,7 +898,46 @@ class Monitor:
             _FULL_COLLECT_CHEAP_S if self._full_gc_first
             else max(_FULL_COLLECT_CHEAP_S, _FULL_COLLECT_CHEAP_SHARE * (self._walk_base_s or 0.0)))
         return (cheap or self._walks_since_full >= _FULL_COLLECT_EVERY - 1 or self._garbage_share is None
-                or self._garbage_share > _GARBAGE_SHARE_FOR_FULL)
+                or self._garbage_share > _GARBAGE_SHARE_FOR_FULL or self._grew_since_full())
+
+    def _note_memory(self, readings, after_full: bool) -> None:
+        """Keep the memory just read (the process's and Python's), and, at
+        a walk whose collection was full, that reading as the live level
+        (see _grew_since_full)."""
+        try:
+            read = False
+            for info, value in readings:
+                if info.measure in _GROWTH_MEASURES and info.group in ("process", "python") \
+                        and math.isfinite(value):
+                    self._memory_now[info.measure] = float(value)
+                    read = True
+            if after_full or self._awaiting_full_reading:
+                # (No memory read at the full walk itself: the next reading.)
+                self._awaiting_full_reading = not read
+                if read:
+                    self._memory_at_full = dict(self._memory_now)
+        except Exception:
+            pass
+
+    def _grew_since_full(self) -> bool:
+        """Whether memory grew by a material amount (the share of its level
+        and the floor a leak must pass, POLICY.bytes_share / bytes_floor /
+        blocks_floor) since the reading right after the last full
+        collection. The next walk's collection is then full too: memory that
+        grows between young collections may be garbage waiting in the oldest
+        generation or live data, and only a full collection tells them
+        apart. A training function that returns before close() lets its
+        model's cycles go at the last walk; unless full collections ran while
+        its memory grew, the analysis cannot tell that fall from garbage
+        freed (report._fell_with_garbage)."""
+        for measure, now in self._memory_now.items():
+            live = self._memory_at_full.get(measure)
+            if live is None:
+                continue
+            floor = POLICY.blocks_floor if measure == "allocated_blocks" else POLICY.bytes_floor
+            if now - live > max(floor, POLICY.bytes_share * abs(live)):
+                return True
+        return False
 
     def _next_walk_s(self) -> float | None:
         """The next walk's foreseen cost: the walk, its collection (full or
@@ -1059,7 +1110,8 @@ class Monitor:
         A full collection traverses the whole heap (about half of a heap
         walk on a TensorFlow heap). It runs on the first and last walks, on
         every ``_FULL_COLLECT_EVERY``-th, whenever the last full one found
-        cyclic garbage worth counting, and at every walk where one is cheap
+        cyclic garbage worth counting, after memory grew materially since
+        the last full one (see _grew_since_full), and at every walk where one is cheap
         (a small heap); in between, collecting the young
         generations catches the cycles made since the last walk. Under a
         budget, the last walk's is young when the last full one found almost
