@@ -387,7 +387,10 @@ EXPECTED_CAUSE = {
     "data_pipeline": (("object_type", "py_function_registry"), ("runtime", "py_function_registry")),
     "unbounded_cache": (("tensors", "numpy"), ("container", "FeatureStore.cache")),
     "keras_fit": (("object_type", "EagerTensor"), ("tensors", "tensors_kept"), ("op", "op_retains")),
-    "plain_python": ("tensors", "numpy"),
+    # The arrays by count, or the local list that keeps them (a container
+    # culprit: `plain_python() local `kept` → list of ndarray`), where the
+    # numpy scan had no budget at enough walks to give its series a verdict.
+    "plain_python": (("tensors", "numpy"), ("container", "`kept`")),
     "v1_graph_growth": ("graph", "graph_grows"),
     # The sessions by type, or the default-session stack that keeps them (a
     # container culprit: `_default_session_stack → ... → list of InteractiveSession`).
