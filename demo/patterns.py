@@ -188,8 +188,8 @@ def plain_python(run_dir, leaky, steps, profile):
     running_mean = 0.0
     with tbleak.Monitor(run_dir) as monitor:
         for step in range(steps):
-            batch = rng.normal(size=(64, 64))
-            activations = np.tanh(batch @ batch.T)
+            batch = rng.normal(size=(64, 512))
+            activations = np.tanh(batch @ batch.T)  # 64 x 64: 32 KiB a step
             if leaky:
                 kept.append(activations)  # LEAK: every step's array stays alive
             else:
@@ -418,8 +418,10 @@ HOLDER = {
 # fewer steps; the session and in-place loops do heavier steps and are capped,
 # so that a run stays within about 20-30 s on 2 cores.
 STEPS = {
-    # A numpy step takes ~50 µs: ten times the steps make a run of a second or
-    # so; a tensor_history step ~1 ms: twice the steps make a couple of seconds.
+    # A numpy step takes ~0.45 ms: ten times the steps make a run of about
+    # 1.5 s with --quick (at ~50 µs a step, a 0.6-s run on a loaded machine
+    # got three heap walks, too few for its arrays' count to be judged);
+    # a tensor_history step ~1 ms: twice the steps make a couple of seconds.
     "plain_python": (10.0, None),
     "tensor_history": (2.0, None),
     "unbounded_cache": (6.0, None),  # ~1 ms steps: about 2 s of training
