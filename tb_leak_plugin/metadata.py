@@ -37,6 +37,9 @@ HELD_BY_FORMAT = 1
 # A memory measure read at close() just before the last walk's collection is
 # written as ``gc/<measure>`` + this suffix (see Monitor._memory_before_collection).
 BEFORE_COLLECTION = "_before_collection"
+# ... and read right after each walk's full collection, with no garbage left
+# (see Monitor._memory_after_full_collection).
+AFTER_FULL_COLLECTION = "_after_full_collection"
 
 
 def _build_message_class():

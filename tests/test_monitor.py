@@ -529,6 +529,32 @@ def test_close_reads_memory_before_the_last_collection(tmp_path):
         <= set(run.series) or sys.platform != "linux"
 
 
+def test_every_full_collection_is_followed_by_a_memory_reading(tmp_path):
+    """Memory read right after a full collection holds no garbage: whether
+    it grew tells live data from garbage waiting for the collector. The
+    cheap probes run on their own schedule, which rarely falls on a walk's
+    step, so each full walk reads memory itself
+    (``gc/<measure>_after_full_collection``), at every full walk."""
+    with clock.use(clock.SimulatedClock(real_costs=False)) as sim:
+        monitor = tbleak.Monitor(str(tmp_path / "run"))
+        kept = []
+        for step in range(3000):
+            kept.append(str(step) * 20)
+            sim.advance(0.001)
+            monitor.sample(step)
+        monitor.close()
+    run = loading.load_run("run", str(tmp_path / "run"))
+    full = run.series["leak/gc/full_collection"]
+    after = run.series["leak/gc/allocated_blocks_after_full_collection"]
+    blocks = run.series["leak/python/allocated_blocks"]
+    full_steps = set(full.steps[full.values == 1.0].tolist())
+    assert len(full_steps) >= 3 and set(after.steps.tolist()) == full_steps
+    # The walks are not where the cheap probes' own schedule reads memory.
+    assert full_steps - set(blocks.steps.tolist()), (sorted(full_steps), blocks.steps[:40])
+    assert np.all(np.diff(after.values[after.steps < max(full_steps)]) > 0)  # the strings kept
+    assert "leak/gc/malloc_bytes_after_full_collection" in run.series or sys.platform != "linux"
+
+
 def test_the_last_walk_collects_fully_unless_the_program_makes_almost_no_cyclic_garbage(tmp_path):
     # At close(): cyclic garbage promoted to the oldest generation since the
     # last full collection (Keras models dropped by

@@ -23,7 +23,7 @@ from tb_leak_plugin.metadata import hop_text
 from tb_leak_plugin.analysis.trend import TrendResult, assess_series, falls_back_at_end, growth_ruled_out, growth_shown
 from tb_leak_plugin.analysis.results import VERDICT_ORDER, Culprit, RunReport, SeriesReport, clip01, finite_or_none as _finite_or_none, fmt
 from tb_leak_plugin.analysis.series import RunData, Series
-from tb_leak_plugin.metadata import BEFORE_COLLECTION, HELD_BY_GROUP, parse_limit_detail
+from tb_leak_plugin.metadata import AFTER_FULL_COLLECTION, BEFORE_COLLECTION, HELD_BY_GROUP, parse_limit_detail
 
 # How a series takes part in the verdict.
 ROLE_MEMORY = "memory"      # bytes of process, heap, allocator: the verdict itself
@@ -69,7 +69,8 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 
 def assess(series: Series, available_bytes: float | None = None,
            judged_measures: frozenset = frozenset(), full: Series | None = None,
-           collected: Series | None = None, before: Series | None = None) -> SeriesReport:
+           collected: Series | None = None, before: Series | None = None,
+           after_full: Series | None = None) -> SeriesReport:
     """Assess one series (context series are described, not judged).
 
     ``full``: the ``gc/full_collection`` series (whether each heap walk's
@@ -81,7 +82,9 @@ def assess(series: Series, available_bytes: float | None = None,
     because the program let go of it from memory the collector freed;
     ``before``: the same memory measure read just before the last walk's
     collection (``gc/<measure>_before_collection``), which tells them apart
-    where it is there."""
+    where it is there; ``after_full``: the same measure read right after
+    each walk's full collection (``gc/<measure>_after_full_collection``),
+    live data only."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -104,8 +107,8 @@ def assess(series: Series, available_bytes: float | None = None,
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
-    if role == ROLE_MEMORY and trend is not None and trend.verdict == "leak":
-        trend = _fell_with_garbage(trend, series, collected, full, before)
+    if role == ROLE_MEMORY and trend is not None:
+        trend = _fell_with_garbage(trend, series, collected, full, before, after_full)
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -119,6 +122,8 @@ def assess(series: Series, available_bytes: float | None = None,
         last_value=last_value,
         trend=trend,
         let_go_before_collection=role == ROLE_MEMORY and _fell_before_collection(series, before),
+        live_after_full=role == ROLE_MEMORY and trend is not None and trend.verdict == "leak"
+        and _grew_after_full_collections(trend, series, full, after_full),
     )
 
 
@@ -201,25 +206,35 @@ def _garbage_at_last_walk(series: Series, collected: Series | None) -> tuple[flo
 
 
 def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | None,
-                       full: Series | None = None, before: Series | None = None) -> TrendResult:
+                       full: Series | None = None, before: Series | None = None,
+                       after_full: Series | None = None) -> TrendResult:
     """Memory that fell back at the last walk, whose collection found more
-    unreachable objects than any walk of the training: the fall stays in the
-    data (see ``_released_by_program``), and the growth before it may have
+    unreachable objects than any walk of the training: the fall is not left
+    out (see ``_released_by_program``), and the growth before it may have
     been that garbage (cycles made all run long, freed only then) as well as
-    the program's cyclic data let go when the loop returned. Unless the
-    readings right after the full collections of the training's walks grew
-    too (garbage-free readings: live data, see ``_grew_after_full_collections``),
-    the two cannot be told apart, so the growth is no leak claim of this
-    series: RSS, which keeps its pages, and the other series judge the run.
-    Where memory was read just before that collection, the growth's own
-    segment (fitted on that reading, see ``_before_the_fall``) is where the
-    full collections are looked for too."""
+    the program's cyclic data let go when the loop returned. The growth is
+    judged on the memory the training held: where memory was read just
+    before that collection, the series ends on that reading (``_before_the_
+    fall``: the fall, which the monitor's own collection made, then cuts no
+    segment short, and the growth's own segment is where full collections
+    are looked for). Unless the readings right after the full collections
+    of the training's walks grew too (garbage-free readings: live data, see
+    ``_grew_after_full_collections``), garbage and live data cannot be told
+    apart, so the growth is no leak claim of this series: RSS, which keeps
+    its pages, and the other series judge the run."""
     found = _garbage_at_last_walk(series, collected)
     if found is None or found[0] <= found[1] or not falls_back_at_end(series.steps, series.values) \
             or _fell_before_collection(series, before):
         return trend
-    if _grew_after_full_collections(trend, series, full) \
-            or _grew_after_full_collections(_before_the_fall(series, before) or trend, series, full):
+    held = _before_the_fall(series, before)
+    if trend.verdict == "no_leak":
+        return trend  # with the garbage collected, the memory held is flat
+    if trend.verdict != "leak":
+        if held is None or held.verdict != "leak":
+            return trend
+        trend = held
+    if _grew_after_full_collections(trend, series, full, after_full) \
+            or _grew_after_full_collections(held or trend, series, full, after_full):
         return dataclasses.replace(trend, reason=(
             f"{trend.reason}; it grew between the full collections of the training's walks too (live data), "
             f"and fell back at the last walk (step {int(series.steps[-1])}): let go when the loop returned"))
@@ -247,18 +262,30 @@ def _before_the_fall(series: Series, before: Series | None) -> TrendResult | Non
     return assess_series(series.steps, values, series.wall_times, unit=series.info.unit)
 
 
-def _after_full_collections(trend: TrendResult, series: Series, full: Series, end: float):
+def _after_full_collections(trend: TrendResult, series: Series, full: Series, end: float,
+                            after: Series | None = None):
     """The series' readings right after full collections (nothing
     unreachable left: live data only) up to ``end``: (steps, values, the
-    step the analysed segment starts at)."""
+    step the analysed segment starts at). ``after``: the measure read right
+    after every full collection (``gc/<measure>_after_full_collection``);
+    the series' own readings at full walks serve where it is not there
+    (a series is read at a walk only when its own schedule falls there)."""
     fit = trend.fit or {}
     start = fit.get("segment_step", fit.get("start_step", int(series.steps[0])))
     fulls = full.steps[full.values == 1.0]
-    keep = np.isin(series.steps, fulls) & (series.steps <= end) & np.isfinite(series.values)
-    return series.steps[keep], series.values[keep], start
+    steps, values = series.steps, series.values
+    if after is not None and len(after):
+        own = ~np.isin(steps, after.steps)
+        steps = np.concatenate([steps[own], after.steps])
+        values = np.concatenate([values[own], after.values])
+        order = np.argsort(steps, kind="stable")
+        steps, values = steps[order], values[order]
+    keep = np.isin(steps, fulls) & (steps <= end) & np.isfinite(values)
+    return steps[keep], values[keep], start
 
 
-def _grew_after_full_collections(trend: TrendResult, series: Series, full: Series | None) -> bool:
+def _grew_after_full_collections(trend: TrendResult, series: Series, full: Series | None,
+                                 after: Series | None = None) -> bool:
     """Whether the readings right after the full collections of the walks
     before the last one grew by at least ``POLICY.full_growth_share`` of what
     the fitted rate says, over at least ``POLICY.full_span_share`` of the
@@ -267,7 +294,7 @@ def _grew_after_full_collections(trend: TrendResult, series: Series, full: Serie
     if full is None or not len(series) or not len(full):
         return False
     end = min((trend.fit or {}).get("end_step", int(series.steps[-1])), float(full.steps[-1]) - 1)
-    steps, values, start = _after_full_collections(trend, series, full, end)
+    steps, values, start = _after_full_collections(trend, series, full, end, after)
     keep = steps >= start
     steps, values = steps[keep], values[keep]
     slope = float(trend.slope_per_step)
@@ -516,7 +543,8 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
         report = assess(_outside(_with_earlier_points(series), windows, warnings)
                         if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
                         available, measures, full, collected,
-                        run.series.get(f"leak/gc/{series.info.measure}{BEFORE_COLLECTION}"))
+                        run.series.get(f"leak/gc/{series.info.measure}{BEFORE_COLLECTION}"),
+                        run.series.get(f"leak/gc/{series.info.measure}{AFTER_FULL_COLLECTION}"))
         if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
             report.memory_limit, report.memory_limit_bytes = limit
         reports.append(report)
@@ -568,19 +596,24 @@ def _not_the_programs(by_role) -> dict:
     """Memory series that leak by their own data while the series that
     decompose them say the program's memory does not grow: tag -> why.
 
-    RSS is the sum of the C allocator's bytes in use, Python's blocks,
+    RSS is the sum of the C allocator's bytes in use, Python's blocks (in
+    arenas Python maps itself, which the C allocator does not count),
     TensorFlow's allocator and what allocators keep. RSS growing while the
-    C allocator's bytes in use are certified flat is freed memory kept, or
-    fragmentation. Python's blocks growing while the census was judged and
-    no object type, tensor or container grows is cyclic garbage awaiting the
-    collector; not where the census's total of live objects (counted after
-    each walk's collection, so without that garbage) is shown to grow, at
-    the 95% level of "no leak": a few objects a step that no one type's
-    series shows at a handful of walks are still the program's; nor where
-    the blocks fell at close() before the last collection ran (reference
-    counts freed them when the loop returned: live data, arrays in lists
-    that no type's count shows, not garbage). The series
-    keep their verdicts; the run rule reads this."""
+    C allocator's bytes in use are certified flat, and Python's blocks do
+    not grow as live data, is freed memory kept, or fragmentation.
+    Python's blocks growing while the census was judged and no object type,
+    tensor or container grows is cyclic garbage awaiting the collector;
+    not where the census's total of live objects (counted after each walk's
+    collection, so without that garbage) is shown to grow, at the 95% level
+    of "no leak": a few objects a step that no one type's series shows at a
+    handful of walks are still the program's; nor where the blocks fell at
+    close() before the last collection ran (reference counts freed them when
+    the loop returned: live data, arrays in lists that no type's count
+    shows, not garbage); nor where the blocks read right after full
+    collections grew with them (no garbage is left then: objects the
+    collector does not track, code objects, strings, kept by a reference
+    nothing in the census shows). The series keep their verdicts; the run
+    rule reads this."""
     memory = [r for r in by_role.get(ROLE_MEMORY, []) if r.trend is not None]
     leaking = [r for r in memory if r.trend.verdict == "leak"]
     if not leaking:
@@ -596,14 +629,16 @@ def _not_the_programs(by_role) -> dict:
         dataclasses.replace(tracked.trend, materiality=0.0), POLICY.alpha_clean)
     out = {}
     for report in leaking:
-        if (malloc is not None and malloc.trend.verdict == "no_leak" and report.group == "process"
-                and report.measure not in ("uss_bytes", "malloc_bytes")):
-            out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
-                               f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
-        elif report.group == "python" and census_judged and not others and not live_grows \
-                and not report.let_go_before_collection:
+        if report.group == "python" and census_judged and not others and not live_grows \
+                and not report.let_go_before_collection and not report.live_after_full:
             out[report.tag] = (f"{report.tag} grows, but no object type, tensor or container grows with it: "
                                f"most likely cyclic garbage awaiting the collector, or pools")
+    python_live = any(r.group == "python" and r.tag not in out for r in leaking)
+    for report in leaking:
+        if (malloc is not None and malloc.trend.verdict == "no_leak" and report.group == "process"
+                and report.measure not in ("uss_bytes", "malloc_bytes") and not python_live):
+            out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
+                               f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
     return out
 
 
@@ -911,6 +946,8 @@ def _memory_culprits(reports, others, census_reports=()) -> list[Culprit]:
             hint = "native_memory"
         elif report.measure == "malloc_bytes" and not explained:
             hint = "native_memory"
+        elif report.measure == "allocated_blocks" and not explained and judged and report.live_after_full:
+            hint = "untracked_objects"
         out.append(Culprit(
             kind="series", name=report.tag, growth_per_step=report.trend.slope_per_step, unit=report.unit,
             evidence=report.trend.reason, confidence=report.trend.confidence * 0.9, hint=hint,

@@ -101,6 +101,10 @@ class SeriesReport:
     #: A memory series whose fall at close() came before the last walk's
     #: collection: the program's live data, let go when the loop returned.
     let_go_before_collection: bool = False
+    #: A memory series that leaks and whose readings right after the full
+    #: collections of the training's walks grew with it: live data, not
+    #: garbage waiting for the collector.
+    live_after_full: bool = False
 
     @property
     def verdict(self) -> str:

@@ -47,7 +47,7 @@ from tb_leak_plugin.capture import probes as probes_lib
 # or the simulated clock a test or benchmark installs.
 from tb_leak_plugin.capture import clock as time
 from tb_leak_plugin.capture import runtime_state  # noqa: F401 - registers the runtime_state probe
-from tb_leak_plugin.metadata import BEFORE_COLLECTION, SeriesInfo, task_series_info
+from tb_leak_plugin.metadata import AFTER_FULL_COLLECTION, BEFORE_COLLECTION, SeriesInfo, task_series_info
 from tb_leak_plugin.summary import EventWriter, TFSummaryWriter
 from tb_leak_plugin.units import printable
 
@@ -706,6 +706,8 @@ class Monitor:
                     if self._finalizing:
                         sample.extend(self._memory_before_collection(due))
                     full_gc = self._collect_garbage()
+                    if full_gc:
+                        sample.extend(self._memory_after_full_collection())
                     # What the collection freed: the analysis tells a count
                     # that falls at the last walk because the program let go
                     # of its objects from one the collector took.
@@ -1093,16 +1095,34 @@ class Monitor:
         loop returned (reference counts free that at once, before any
         collection). What this reading had already lost tells them apart
         (see analysis.report._released_by_program)."""
+        return [(SeriesInfo("gc", f"{info.measure}{BEFORE_COLLECTION}", info.unit), value)
+                for info, value in self._memory_readings(due)]
+
+    def _memory_readings(self, units) -> list:
+        """The process's and Python's memory (``_MEMORY_MEASURES``) read now
+        by the cheap probes of ``units``."""
         out = []
-        for unit in due:
+        for unit in units:
             if unit.needs_objects:
                 continue
             for probe in list(unit.probes):
                 if isinstance(probe, _MEMORY_PROBES):
-                    for info, value in self._sampled(unit, probe):
-                        if info.measure in _MEMORY_MEASURES:
-                            out.append((SeriesInfo("gc", f"{info.measure}{BEFORE_COLLECTION}", info.unit), value))
+                    out.extend((info, value) for info, value in self._sampled(unit, probe)
+                               if info.measure in _MEMORY_MEASURES)
         return out
+
+    def _memory_after_full_collection(self) -> list:
+        """The process's and Python's memory read right after a walk's full
+        collection (``gc/<measure>_after_full_collection``), whether or not
+        their own schedule reads them at this step: with no garbage left,
+        such readings tell memory that grows as live data (objects the census
+        does not see included: code objects, strings) from garbage waiting
+        for the collector (see analysis.report._grew_after_full_collections).
+        Also the live level that ``_grew_since_full`` measures from."""
+        readings = self._memory_readings(self._units)
+        self._note_memory(readings, True)
+        return [(SeriesInfo("gc", f"{info.measure}{AFTER_FULL_COLLECTION}", info.unit), value)
+                for info, value in readings]
 
     def _collect_garbage(self) -> bool:
         """Collect before a census, so waiting cycles are not counted as live.
