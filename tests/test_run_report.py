@@ -722,17 +722,17 @@ def test_python_blocks_let_go_before_the_last_collection_are_not_cyclic_garbage(
     assert freed.verdict != "leak", freed.reason
 
 
-def test_python_blocks_that_grow_right_after_full_collections_are_live_not_garbage():
+def test_python_blocks_that_grow_right_after_full_collections_are_said_to_be_untracked_objects():
     """Python's blocks grow 14 a step and RSS 1.3 KiB a step, while the C
     allocator and every tracked type stay flat (code objects from ``eval``
     kept by a tracer's leaked references: the collector tracks neither them
-    nor their constants; held-out shape). The memory read right after each
-    walk's full collection grew with the blocks, so they are live data, not
-    cyclic garbage awaiting the collector; and the RSS that grows is theirs
-    (Python maps its own arenas, which the C allocator does not count), not
-    freed memory the allocator keeps. The run leaks, with the hint that
-    names untracked objects. Where those readings stay flat, the same blocks
-    are garbage the collections freed, and the run is not a leak."""
+    nor their constants; an opened held-out shape). The memory read right
+    after each walk's full collection grew with the blocks: they are not
+    cyclic garbage, and the reason says what they are. They are still no
+    leak on their own: an opened fixed twin (codecs looked up per shard)
+    grows its untracked objects the same way at 3.7 times materiality. With
+    those readings flat, the same blocks are garbage the collections freed."""
+    from tb_leak_plugin.analysis.report import _not_the_programs
     from tb_leak_plugin.metadata import AFTER_FULL_COLLECTION
 
     rng = np.random.default_rng(7)
@@ -750,13 +750,18 @@ def test_python_blocks_that_grow_right_after_full_collections_are_live_not_garba
         return _series("gc", "allocated_blocks" + AFTER_FULL_COLLECTION, "blocks", walks, values)
 
     parts = (blocks, rss, malloc, flat_type, tracked, full, _available(steps))
+    def why(report):
+        by_role = {}
+        for r in report.series:
+            by_role.setdefault(r.role, []).append(r)
+        return _not_the_programs(by_role).get("leak/python/allocated_blocks", "")
+
     live = build_run_report(_run(*parts, after(2.6e5 + 14.4 * walks)))
-    assert live.verdict == "leak", live.reason
-    assert live.culprits[0].name == "leak/python/allocated_blocks" and live.culprits[0].hint == "untracked_objects"
-    assert "allocator" not in live.reason
+    assert live.verdict == "inconclusive", live.reason
+    assert "not as garbage" in why(live) and "objects the collector does not track" in why(live)
     garbage = build_run_report(_run(*parts, after(2.6e5 + rng.normal(0, 40.0, walks.size))))
-    assert garbage.verdict != "leak", garbage.reason
-    assert "cyclic garbage" in garbage.reason, garbage.reason
+    assert garbage.verdict == "inconclusive", garbage.reason
+    assert "cyclic garbage" in why(garbage)
 
 
 def test_tensor_bytes_that_hold_most_of_a_memory_leak_are_named_with_it():

@@ -754,7 +754,8 @@ class Monitor:
                     walked = {info for info, _value in sample}
                     cheap_sample = [item for item in cheap_sample if item[0] not in walked]
             sample.extend(cheap_sample)
-            self._note_memory(cheap_sample, walking and full_gc)
+            # (A full walk noted its own reading, see _memory_after_full_collection.)
+            self._note_memory(cheap_sample, False)
             wall_time = time.time()
             optional = 0.0  # the watch's analysis and traces at this walk
             over = 0.0
