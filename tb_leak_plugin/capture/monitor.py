@@ -754,8 +754,7 @@ class Monitor:
                     walked = {info for info, _value in sample}
                     cheap_sample = [item for item in cheap_sample if item[0] not in walked]
             sample.extend(cheap_sample)
-            # (A full walk noted its own reading, see _memory_after_full_collection.)
-            self._note_memory(cheap_sample, False)
+            self._note_memory(cheap_sample, walking and full_gc)
             wall_time = time.time()
             optional = 0.0  # the watch's analysis and traces at this walk
             over = 0.0
@@ -1119,9 +1118,10 @@ class Monitor:
         such readings tell memory that grows as live data (objects the census
         does not see included: code objects, strings) from garbage waiting
         for the collector (see analysis.report._grew_after_full_collections).
-        Also the live level that ``_grew_since_full`` measures from."""
+        They are written only: when the next collection is full
+        (``_grew_since_full``) is decided as before, on the memory series'
+        own readings."""
         readings = self._memory_readings(self._units)
-        self._note_memory(readings, True)
         return [(SeriesInfo("gc", f"{info.measure}{AFTER_FULL_COLLECTION}", info.unit), value)
                 for info, value in readings]
 
