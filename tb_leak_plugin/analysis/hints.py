@@ -150,21 +150,6 @@ HINTS = {
         "numpy values (`np.float32(lr)`, `np.int64(step)`) or keep them in a `tf.Variable`. For "
         "native libraries try jemalloc or tcmalloc via `LD_PRELOAD`.",
     ),
-    "untracked_objects": Hint(
-        "untracked_objects",
-        "Python memory grows in objects the garbage collector does not track",
-        "Python's allocated blocks keep growing, also right after full collections (so it is not "
-        "garbage), while no type of object the collector tracks grows. What accumulates are objects "
-        "it does not track, whose holders no heap walk can show: strings, bytes, numbers, tuples of "
-        "them, code objects (`eval`, `exec` or `compile` in a loop). They are kept by a container "
-        "of them (a set or dict of strings, a cache keyed by text) or by references a C extension "
-        "took and never gave back (a tracer or profiler installed with `sys.settrace` / "
-        "`sys.setprofile`, an extension's buffers).",
-        "Compile code once, outside the loop; bound caches of strings (`functools.lru_cache("
-        "maxsize=...)`). Run once without tracers, profilers and coverage, or with their latest "
-        "versions. `tracemalloc.take_snapshot().compare_to(...)` between two steps names the line "
-        "that allocates what stays.",
-    ),
     "graph_grows": Hint(
         "graph_grows",
         "The TensorFlow graph grows every step",

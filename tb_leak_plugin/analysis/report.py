@@ -947,8 +947,6 @@ def _memory_culprits(reports, others, census_reports=()) -> list[Culprit]:
             hint = "native_memory"
         elif report.measure == "malloc_bytes" and not explained:
             hint = "native_memory"
-        elif report.measure == "allocated_blocks" and not explained and judged and report.live_after_full:
-            hint = "untracked_objects"
         out.append(Culprit(
             kind="series", name=report.tag, growth_per_step=report.trend.slope_per_step, unit=report.unit,
             evidence=report.trend.reason, confidence=report.trend.confidence * 0.9, hint=hint,
