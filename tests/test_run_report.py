@@ -764,6 +764,34 @@ def test_python_blocks_that_grow_right_after_full_collections_are_said_to_be_unt
     assert "cyclic garbage" in why(garbage)
 
 
+@pytest.mark.parametrize("after_steps, after_values", [
+    ([5, 5, 5], [float("nan"), float("inf"), -1.0]),       # non-finite, negative, repeated steps
+    ([-10, 10**15], [1e300, -1e300]),                      # steps off the run, absurd values
+    ([], []),                                             # an empty series
+])
+def test_hostile_readings_after_full_collections_neither_crash_nor_make_a_leak(after_steps, after_values):
+    """A corrupt or hostile ``gc/<measure>_after_full_collection`` series (a
+    damaged event file, a hand-made logdir) beside Python's blocks that leak
+    is read as no evidence of live growth: the run's verdict is the one it
+    has without that series."""
+    from tb_leak_plugin.metadata import AFTER_FULL_COLLECTION
+
+    rng = np.random.default_rng(11)
+    steps = np.arange(0, 4000, 10)
+    walks = np.array([3, 503, 1503, 3993])  # no reading of the blocks' own at a walk
+    blocks = _series("python", "allocated_blocks", "blocks", steps, 3e5 + 5.0 * steps + rng.normal(0, 30.0, steps.size))
+    rss = _series("process", "rss_anon_bytes", "bytes", steps, 6e8 + rng.normal(0, 2e5, steps.size))
+    full = _series("gc", "full_collection", "count", walks, np.ones(walks.size))
+    parts = (blocks, rss, full, _available(steps))
+    plain = build_run_report(_run(*parts))
+    after = _series("gc", "allocated_blocks" + AFTER_FULL_COLLECTION, "blocks", np.asarray(after_steps, dtype=np.int64),
+                    np.asarray(after_values, dtype=np.float64))
+    hostile = build_run_report(_run(*parts, after))
+    assert hostile.verdict == plain.verdict, (hostile.reason, plain.reason)
+    by_tag = {r.tag: r for r in hostile.series}
+    assert not by_tag["leak/python/allocated_blocks"].live_after_full
+
+
 def test_tensor_bytes_that_hold_most_of_a_memory_leak_are_named_with_it():
     """KL terms kept in a list after the annealing warm-up (recorded shape of
     a held-out loop): the C heap leaks 75 KiB a step, sampled all along; the
