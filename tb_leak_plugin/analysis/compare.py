@@ -136,7 +136,10 @@ def compare_series(base: dict, candidate: dict, policy: Policy = POLICY) -> dict
         row["reason"] = "no materiality to test against"
         return row
     half = t_ppf(0.975, df) * se
-    clean_bar = material / policy.clean_horizon
+    # "The same" is held to what "no leak" is (a part of the process's
+    # memory: its own level, see Policy.materiality).
+    clean = _finite(candidate.get("clean_materiality")) or _finite(base.get("clean_materiality")) or material
+    clean_bar = min(clean, material) / policy.clean_horizon
     base_all, cand_all = _readings(base, "readings"), _readings(candidate, "readings")
     # Regression: the candidate grows more than the base by more than
     # materiality under every reading; improvement the other way round; the

@@ -70,7 +70,7 @@ def series_role(series: Series, judged_measures: frozenset = frozenset()) -> str
 def assess(series: Series, available_bytes: float | None = None,
            judged_measures: frozenset = frozenset(), full: Series | None = None,
            collected: Series | None = None, before: Series | None = None,
-           after_full: Series | None = None) -> SeriesReport:
+           after_full: Series | None = None, whole: float | None = None) -> SeriesReport:
     """Assess one series (context series are described, not judged).
 
     ``full``: the ``gc/full_collection`` series (whether each heap walk's
@@ -84,7 +84,8 @@ def assess(series: Series, available_bytes: float | None = None,
     collection (``gc/<measure>_before_collection``), which tells them apart
     where it is there; ``after_full``: the same measure read right after
     each walk's full collection (``gc/<measure>_after_full_collection``),
-    live data only."""
+    live data only; ``whole``: for a part of the host's memory, the level of
+    the whole (RSS) in bytes, whose share is what is material (``Policy``)."""
     role = series_role(series, judged_measures)
     values = series.values
     finite = np.isfinite(values)
@@ -104,11 +105,12 @@ def assess(series: Series, available_bytes: float | None = None,
             # count's fall is the program's only where it is larger than
             # what that collection found.
             final_release=_final_release(series, role, full, collected, before),
+            whole=whole,
         )
     if role in (ROLE_OBJECTS, ROLE_CONTAINERS) and trend is not None and series.info.measure != "tracked_objects":
         trend = _held_to_full_collections(trend, series, full)
     if role == ROLE_MEMORY and trend is not None:
-        trend = _fell_with_garbage(trend, series, collected, full, before, after_full)
+        trend = _fell_with_garbage(trend, series, collected, full, before, after_full, whole)
     return SeriesReport(
         tag=series.tag,
         group=series.info.group,
@@ -207,7 +209,7 @@ def _garbage_at_last_walk(series: Series, collected: Series | None) -> tuple[flo
 
 def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | None,
                        full: Series | None = None, before: Series | None = None,
-                       after_full: Series | None = None) -> TrendResult:
+                       after_full: Series | None = None, whole: float | None = None) -> TrendResult:
     """Memory that fell back at the last walk, whose collection found more
     unreachable objects than any walk of the training: the fall is not left
     out (see ``_released_by_program``), and the growth before it may have
@@ -226,7 +228,7 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
     if found is None or found[0] <= found[1] or not falls_back_at_end(series.steps, series.values) \
             or _fell_before_collection(series, before):
         return trend
-    held = _before_the_fall(series, before)
+    held = _before_the_fall(series, before, whole)
     if trend.verdict == "no_leak":
         return trend  # with the garbage collected, the memory held is flat
     if trend.verdict != "leak":
@@ -246,7 +248,7 @@ def _fell_with_garbage(trend: TrendResult, series: Series, collected: Series | N
                                confidence=0.0, p_value=max(trend.p_value, POLICY.alpha_leak))
 
 
-def _before_the_fall(series: Series, before: Series | None) -> TrendResult | None:
+def _before_the_fall(series: Series, before: Series | None, whole: float | None = None) -> TrendResult | None:
     """The series' trend with its last reading taken just before the last
     walk's collection (``before``) instead of after it: the memory the
     training held, garbage and all. The fall is then no longer in the fit,
@@ -259,7 +261,7 @@ def _before_the_fall(series: Series, before: Series | None) -> TrendResult | Non
         return None
     values = np.array(series.values, dtype=np.float64)
     values[-1] = float(before.values[-1])
-    return assess_series(series.steps, values, series.wall_times, unit=series.info.unit)
+    return assess_series(series.steps, values, series.wall_times, unit=series.info.unit, whole=whole)
 
 
 def _after_full_collections(trend: TrendResult, series: Series, full: Series, end: float,
@@ -532,6 +534,7 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
     training speed for all, and leaks held to the run's false-discovery rate."""
     process_left = _memory_left(run)
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
+    whole = _whole_level(run)
     full = run.series.get("leak/gc/full_collection")
     collected = run.series.get("leak/gc/collected")
     windows = _profiler_windows(run)
@@ -544,13 +547,33 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
                         if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
                         available, measures, full, collected,
                         run.series.get(f"leak/gc/{series.info.measure}{BEFORE_COLLECTION}"),
-                        run.series.get(f"leak/gc/{series.info.measure}{AFTER_FULL_COLLECTION}"))
+                        run.series.get(f"leak/gc/{series.info.measure}{AFTER_FULL_COLLECTION}"),
+                        whole if _part(series.info) else None)
         if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
             report.memory_limit, report.memory_limit_bytes = limit
         reports.append(report)
     _one_rate(reports, run)
     _false_discovery_control(reports)
     return reports
+
+
+def _part(info) -> bool:
+    """A part of the host's memory (see ``_PARTS``), held to the whole's materiality."""
+    return info.measure in _PARTS and info.unit in ("bytes", "blocks") and _host(info)
+
+
+def _whole_level(run: RunData) -> float | None:
+    """The host's memory as a whole (the first of ``_WHOLES`` read): its
+    median in bytes, or None."""
+    for measure in _WHOLES:
+        series = run.series.get(f"leak/process/{measure}")
+        if series is None or not len(series):
+            continue
+        values = np.asarray(series.values, dtype=np.float64)
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size:
+            return float(np.median(values))
+    return None
 
 
 def _steps_per_second(run: RunData) -> float | None:
@@ -1055,7 +1078,7 @@ def _run_verdict(by_role, culprits, explained) -> tuple[str, float, str]:
     if within:
         t = blocks.trend
         flat = (t.reason.split(":")[0] if t.verdict == "no_leak" else
-                f"{fmt(t.slope_per_step, t.unit)}/step, under the {fmt(t.materiality, t.unit)}/step that is "
+                f"{fmt(t.slope_per_step, t.unit)}/step, under the {fmt(t.clean_materiality, t.unit)}/step that is "
                 f"material")
         where = "the memory measured" if within[0].kind == "runtime" else "Python's memory"
         note = (f"; {_describe(within[0])} grows ({within[0].evidence}), within {where}, which "

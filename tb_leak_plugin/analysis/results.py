@@ -27,7 +27,10 @@ class TrendResult:
     slope_per_step, slope_ci: the current growth per step (the last
       segment's) and its 95% interval, widened for autocorrelated noise: the
       hull of the intervals of every reading the verdict had to hold under.
-    materiality: the growth per step the verdict is tested against.
+    materiality: the growth per step a leak claim is tested against.
+    clean_materiality: the growth per step "no leak" is held under (times
+      ``Policy.clean_horizon``): the same, but for a part of the process's
+      memory, whose leak must be material to the whole (``Policy.materiality``).
     p_value: one-sided p that growth is not material (for Benjamini-Hochberg).
     onset_step: where the current segment starts (leaks only).
     warmup_end_step: where the current segment starts when earlier segments
@@ -59,6 +62,7 @@ class TrendResult:
     dropped_samples: int = 0
     shape: str = ""
     materiality: float = math.nan
+    clean_materiality: float = math.nan
     decide_steps: int | None = None
     #: The slope's standard error and degrees of freedom (widened for
     #: autocorrelation): what `analysis.compare` tests a difference with.

@@ -63,7 +63,8 @@ class _Fit:
 
 
 def assess_series(steps, values, wall_times=None, *, unit="bytes", available_bytes=None,
-                  min_samples=None, final_release=False, policy: Policy = POLICY) -> TrendResult:
+                  min_samples=None, final_release=False, whole: float | None = None,
+                  policy: Policy = POLICY) -> TrendResult:
     """Decide whether one series still grows by a material amount.
 
     ``steps``/``values``/``wall_times``: one sample per step, any order,
@@ -72,6 +73,8 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     ``final_release``: leave out a last sample that falls most of the way back
     to the start (the loop's data freed after it returned; for series whose
     fall is the program's, see `report._final_release`).
+    ``whole``: for a part of the process's memory, the bytes of the whole
+    (``Policy.materiality``).
     Never raises on numeric input of any length.
     """
     t, y, w, dropped = _prepare(steps, values, wall_times)
@@ -91,7 +94,8 @@ def assess_series(steps, values, wall_times=None, *, unit="bytes", available_byt
     tb, yb = _blocks(t, y, policy.max_blocks)
     fit = _fit_current(tb, yb, unit, policy, raw=(t, y) if y.size <= 2 * policy.max_blocks else None)
     span = float(t[-1] - t[0])
-    material = policy.materiality(unit, float(median(np.abs(yb))), span)
+    level = float(median(np.abs(yb)))
+    material = policy.materiality(unit, level, span, whole), policy.materiality(unit, level, span)
     return _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy)
 
 
@@ -608,7 +612,7 @@ def growth_ruled_out(result: TrendResult, alpha: float) -> bool:
     ``growth_shown``, short of ``no_leak`` (which rules growth out over
     ``Policy.clean_horizon`` times the run). What a leak claim on something
     this memory holds must overcome."""
-    material = result.materiality
+    material = result.clean_materiality if math.isfinite(result.clean_materiality) else result.materiality
     readings = result.readings
     if material is None or not math.isfinite(material) or not readings:
         return False
@@ -616,10 +620,12 @@ def growth_ruled_out(result: TrendResult, alpha: float) -> bool:
                for b, se, df in readings) < alpha
 
 
-def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, policy) -> TrendResult:
+def _decide(fit, materials, t, w, n, span, unit, available_bytes, dropped, note, policy) -> TrendResult:
+    """``materials``: what a leak claim must clear, and what "no leak" is held under (``Policy.materiality``)."""
+    material, clean_material = materials
     b, se, df = fit.slope, fit.se, max(fit.df, 1.0)
     readings = fit.readings or [(b, se, df)]
-    clean_bar = material / policy.clean_horizon
+    clean_bar = clean_material / policy.clean_horizon
     # Each claim must hold under every reading of the segment.
     p_leak = max(_p_above(rb, rse, max(rdf, 1.0), material) for rb, rse, rdf in fit.leak_readings or readings)
     p_clean = max(1.0 - _p_above(rb, rse, max(rdf, 1.0), clean_bar) if rse > 0 else float(rb >= clean_bar)
@@ -637,12 +643,13 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
     evidence = (f"{fmt(b, unit)}/step (95% CI {fmt_range(lo, hi, unit)}) over {since}"
                 f"{_context(fit, unit)}")
     bar = f"{fmt(material, unit)}/step"
-    clean_txt = f"{fmt(material / policy.clean_horizon, unit)}/step"
+    clean_txt = f"{fmt(clean_bar, unit)}/step"
     common = dict(slope_per_step=b, slope_ci=(lo, hi), slope_se=se, slope_df=df,
                   readings=[list(r) for r in readings],
                   leak_readings=[] if fit.refill else [list(r) for r in fit.leak_readings or readings],
                   slope_per_hour=b * sps * 3600.0 if sps else None,
                   samples=n, noise=fit.noise, unit=unit, dropped_samples=dropped, materiality=material,
+                  clean_materiality=clean_material,
                   fit=fit_dict(fit.t_start, float(t[-1]), fit.level, b, lo, hi, fit.t_segment),
                   total_growth=b * seg, seconds_to_exhaustion=None, steps_to_exhaustion=None)
     if p_leak < policy.alpha_leak:
@@ -662,7 +669,7 @@ def _decide(fit, material, t, w, n, span, unit, available_bytes, dropped, note, 
                                    f"{fmt(b + t_ppf(1 - policy.alpha_clean, df) * se, unit)}/step (upper 95% bound) "
                                    f"over {since}{_context(fit, unit)}{note}"), shape=_clean_shape(fit, unit),
                            **common)
-    steps_needed = _decide_steps(b, se, df, material, span, policy)
+    steps_needed = _decide_steps(b, se, df, materials, span, policy)
     more = (f"; about {steps_needed:,} more steps would decide at this rate" if steps_needed
             else "")
     if fit.refill:
@@ -696,15 +703,15 @@ def _clean_shape(fit, unit) -> str:
     return "flat"
 
 
-def _decide_steps(b, se, df, material, span, policy) -> int | None:
+def _decide_steps(b, se, df, materials, span, policy) -> int | None:
     """How many more steps, at the current slope and with the error shrinking
     as a line's does (span^-1.5), until one of the two bounds decides."""
     if not (se > 0 and span > 0):
         return None
     z_leak, z_clean = t_ppf(1 - policy.alpha_leak, df), t_ppf(1 - policy.alpha_clean, df)
     for k in policy.decide_horizons:
-        se_k, m_k = se * k ** -1.5, material / k
-        if b - z_leak * se_k > m_k or b + z_clean * se_k < m_k / policy.clean_horizon:
+        se_k, m_k, c_k = se * k ** -1.5, materials[0] / k, materials[1] / k
+        if b - z_leak * se_k > m_k or b + z_clean * se_k < c_k / policy.clean_horizon:
             return int(math.ceil(span * (k - 1)))
     return None
 
