@@ -649,6 +649,38 @@ def test_python_blocks_leak_only_where_their_growth_is_material_to_the_process()
         assert blocks.verdict == "leak", blocks.reason
 
 
+def test_rss_that_grows_with_python_blocks_is_not_read_as_pages_the_c_allocator_keeps():
+    """A set of fingerprint strings grows Python's arenas, which the C
+    allocator does not see: RSS grows 2.5 KiB a step, the C allocator's bytes
+    in use are flat, Python's blocks grow 16 a step (under 1% of the 560 MB
+    process at 32 bytes a block, but enough to carry RSS's growth at up to
+    512). RSS is not "pages the allocator keeps": with the set's length
+    growing the run leaks; with no type or container growing the blocks and
+    RSS are read as garbage (inconclusive); with the blocks flat, RSS is
+    the allocator's pages, as before."""
+    rng = np.random.default_rng(12)
+    steps = np.arange(0, 5000, 10)
+    walks = np.array([0, 600, 1300, 2000, 2700, 3400, 4100, 4990])
+    rss = _series("process", "rss_anon_bytes", "bytes", steps,
+                  560 * MiB + 2560.0 * steps + rng.normal(0, 60e3, steps.size))
+    malloc = _series("process", "malloc_bytes", "bytes", steps, 180 * MiB + rng.normal(0, 3e3, steps.size))
+    flat_type = _object_counts(walks, 5000 + rng.integers(-3, 3, walks.size), name="builtins.dict")
+
+    def blocks(rate):
+        return _series("python", "allocated_blocks", "blocks", steps,
+                       1.4e6 + rate * steps + rng.normal(0, 60.0, steps.size))
+
+    fingerprints = _series("containers", "length", "count", walks, 16.0 * walks,
+                           subject="_train() local `dupes` (dedup.py:108) → DupeFilter.fingerprints → set of str")
+    leaking = build_run_report(_run(rss, malloc, blocks(16.0), flat_type, fingerprints, _available(steps)))
+    assert leaking.verdict == "leak", leaking.reason
+    garbage = build_run_report(_run(rss, malloc, blocks(16.0), flat_type, _available(steps)))
+    assert garbage.verdict == "inconclusive", garbage.reason
+    assert "grows with Python's blocks" in garbage.reason and "garbage" in garbage.reason, garbage.reason
+    kept = build_run_report(_run(rss, malloc, blocks(0.0), flat_type, _available(steps)))
+    assert kept.verdict == "inconclusive" and "allocator keeps" in kept.reason, kept.reason
+
+
 def test_a_container_the_training_function_let_go_before_close_is_named_with_its_holder():
     """A list held by the training function's local grew 8 items a step at
     every heap walk, all early in the run (the budget's walks), and read

@@ -633,7 +633,10 @@ def _not_the_programs(by_role) -> dict:
     that no type's count shows, not garbage). Where the blocks read right
     after full collections grew with them, they are not garbage but objects
     the collector does not track, and the reason says so; they are still
-    not a leak on their own: a clean program's caches and interned strings
+    not a leak on their own, nor is RSS that grows with them while the C
+    allocator does not (Python's arenas are not the C allocator's: RSS is
+    read as pages an allocator keeps only where the parts cannot account for
+    its growth, ``_parts_account_for``): a clean program's caches and interned strings
     grow so too (an opened fixed twin, codecs looked up per shard: 0.25
     blocks a step after every full collection, 3.7 times materiality over
     60,000 steps). The series keep their verdicts; the run rule reads this."""
@@ -650,20 +653,50 @@ def _not_the_programs(by_role) -> dict:
                     if r.group == "gc" and r.measure == "tracked_objects" and r.trend is not None), None)
     live_grows = tracked is not None and growth_shown(
         dataclasses.replace(tracked.trend, materiality=0.0), POLICY.alpha_clean)
+    def python_why(report) -> str | None:
+        if not (report.group == "python" and census_judged and not others and not live_grows
+                and not report.let_go_before_collection):
+            return None
+        return "no object type, tensor or container grows with it: " + (
+            "it grew right after full collections too, so not as garbage: objects the collector does not "
+            "track (strings, numbers, code objects) or pools; a clean program's caches and interned "
+            "strings grow so too, so Python's blocks alone are no leak" if report.live_after_full else
+            "most likely cyclic garbage awaiting the collector, or pools")
+
+    blocks = next((r for r in memory if r.measure == "allocated_blocks"), None)
     out = {}
     for report in leaking:
         if (malloc is not None and malloc.trend.verdict == "no_leak" and report.group == "process"
                 and report.measure not in ("uss_bytes", "malloc_bytes")):
-            out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
-                               f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
-        elif report.group == "python" and census_judged and not others and not live_grows \
-                and not report.let_go_before_collection:
-            out[report.tag] = (f"{report.tag} grows, but no object type, tensor or container grows with it: " + (
-                "it grew right after full collections too, so not as garbage: objects the collector does not "
-                "track (strings, numbers, code objects) or pools; a clean program's caches and interned "
-                "strings grow so too, so Python's blocks alone are no leak" if report.live_after_full else
-                "most likely cyclic garbage awaiting the collector, or pools"))
+            if not _parts_account_for(report, memory):
+                out[report.tag] = (f"{report.tag} grows, but the C allocator's bytes in use do not "
+                                   f"({malloc.trend.reason}): freed memory the allocator keeps, or fragmentation")
+            elif blocks is not None and python_why(blocks) is not None:
+                out[report.tag] = (f"{report.tag} grows with Python's blocks (the C allocator's bytes in use do "
+                                   f"not), and {python_why(blocks)}")
+        elif python_why(report) is not None:
+            out[report.tag] = f"{report.tag} grows, but {python_why(report)}"
     return out
+
+
+def _parts_account_for(whole, memory) -> bool:
+    """Whether the parts of the host's memory (the C allocator, Python's
+    blocks at up to ``Policy.large_block_bytes`` each, TensorFlow's CPU
+    allocator) may grow, at their upper 95% bounds, by as much as the whole
+    (RSS) grows at its lower one: then the whole's growth is not shown to be
+    pages an allocator keeps, whatever the C allocator alone does (Python's
+    arenas are not the C allocator's)."""
+    low = whole.trend.slope_ci[0] if whole.trend.slope_ci else whole.trend.slope_per_step
+    if not (math.isfinite(low) and low > 0):
+        return False
+    room = 0.0
+    for part in memory:
+        if part.measure not in _PARTS or not _host(part) or not part.trend.slope_ci:
+            continue
+        high = float(part.trend.slope_ci[1])
+        if math.isfinite(high) and high > 0:
+            room += high * (POLICY.large_block_bytes if part.unit == "blocks" else 1.0)
+    return room >= low
 
 
 _ROLE_ORDER = {ROLE_MEMORY: 0, ROLE_TENSORS: 1, ROLE_TRACES: 2, ROLE_OBJECTS: 3, ROLE_CONTAINERS: 3, ROLE_GC: 4,
