@@ -649,27 +649,6 @@ def test_python_blocks_leak_only_where_their_growth_is_material_to_the_process()
         assert blocks.verdict == "leak", blocks.reason
 
 
-def test_a_part_needs_only_its_own_materiality_where_the_whole_is_shown_to_grow():
-    """A dict keeps four task-id strings a step (~0.6 KiB): Python's blocks
-    grow 4 a step, under 1% of the 276 MB process at 32 bytes a block, so on
-    their own they are no leak claim. Where RSS is shown to grow materially
-    (here 600 B a step), the process's memory does grow, and the blocks,
-    held to their own level, say where; with RSS flat they stay undecided."""
-    rng = np.random.default_rng(3)
-    steps = np.arange(0, 20000, 50)
-    malloc = _series("process", "malloc_bytes", "bytes", steps, 90 * MiB + rng.normal(0, 2e3, steps.size))
-    blocks = _series("python", "allocated_blocks", "blocks", steps, 1.4e6 + 4.0 * steps + rng.normal(0, 50.0, steps.size))
-
-    def verdicts(rss_rate):
-        rss = _series("process", "rss_anon_bytes", "bytes", steps,
-                      276 * MiB + rss_rate * steps + rng.normal(0, 40e3, steps.size))
-        report = build_run_report(_run(rss, malloc, blocks, _available(steps)))
-        return {s.measure: s.trend.verdict for s in report.series if s.trend is not None}
-
-    assert verdicts(600.0)["allocated_blocks"] == "leak"
-    assert verdicts(0.0)["allocated_blocks"] == "inconclusive"
-
-
 def test_rss_that_grows_with_python_blocks_is_not_read_as_pages_the_c_allocator_keeps():
     """A set of fingerprint strings grows Python's arenas, which the C
     allocator does not see: RSS grows 2.5 KiB a step, the C allocator's bytes

@@ -43,12 +43,8 @@ class Policy:
     # heap is a third of its 300 MB was a material leak of Python's blocks
     # after 13,000 steps, at 0.3% of the process's memory. A block's bytes
     # are not known: a leak must be material at the smallest (a float or an
-    # int, 32 bytes). Where the whole itself is shown to grow by a material
-    # amount (alpha_shown), the process's memory does grow, and a part is
-    # held to its own level: it says where (a dict keeping task ids, 4 blocks
-    # and 0.6 KiB a step, under 1% at 32 bytes a block while RSS grew 1.8%).
-    # "No leak" stays held to the part's own level, which is stricter (a
-    # part is smaller than the whole it is in).
+    # int, 32 bytes). "No leak" stays held to the part's own level, which is
+    # stricter (a part is smaller than the whole it is in).
     small_block_bytes: float = 32.0
     # ... and the largest block Python's own allocator hands out: RSS that
     # grows while the C allocator does not is read as pages an allocator

@@ -534,12 +534,14 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
     training speed for all, and leaks held to the run's false-discovery rate."""
     process_left = _memory_left(run)
     measures = frozenset(s.info.measure for s in run.series.values() if s.info.group == "process")
-    whole_tag, whole = _whole_level(run)
+    whole = _whole_level(run)
     full = run.series.get("leak/gc/full_collection")
     collected = run.series.get("leak/gc/collected")
     windows = _profiler_windows(run)
-
-    def judge(series, whole):
+    reports = []
+    for series in run.series.values():
+        if series.info.group == HELD_BY_GROUP:
+            continue
         available, limit = _left_for(series, process_left)
         report = assess(_outside(_with_earlier_points(series), windows, warnings)
                         if series_role(series, measures) == ROLE_MEMORY else _with_earlier_points(series),
@@ -549,20 +551,7 @@ def _assess_all(run: RunData, warnings: list) -> list[SeriesReport]:
                         whole if _part(series.info) else None)
         if limit is not None and report.trend is not None and report.trend.steps_to_exhaustion is not None:
             report.memory_limit, report.memory_limit_bytes = limit
-        return report
-
-    # Where the whole itself is shown to grow by a material amount (at
-    # alpha_shown, short of its own leak), the process's memory does grow
-    # materially, and a part need only be material to itself: it says where.
-    judged_whole = judge(run.series[whole_tag], None) if whole_tag is not None else None
-    if judged_whole is not None and judged_whole.trend is not None \
-            and growth_shown(judged_whole.trend, POLICY.alpha_shown):
-        whole = None
-    reports = []
-    for series in run.series.values():
-        if series.info.group == HELD_BY_GROUP:
-            continue
-        reports.append(judged_whole if series.tag == whole_tag else judge(series, whole))
+        reports.append(report)
     _one_rate(reports, run)
     _false_discovery_control(reports)
     return reports
@@ -573,19 +562,18 @@ def _part(info) -> bool:
     return info.measure in _PARTS and info.unit in ("bytes", "blocks") and _host(info)
 
 
-def _whole_level(run: RunData) -> tuple[str | None, float | None]:
+def _whole_level(run: RunData) -> float | None:
     """The host's memory as a whole (the first of ``_WHOLES`` read): its
-    tag and its median in bytes, or (None, None)."""
+    median in bytes, or None."""
     for measure in _WHOLES:
-        tag = f"leak/process/{measure}"
-        series = run.series.get(tag)
+        series = run.series.get(f"leak/process/{measure}")
         if series is None or not len(series):
             continue
         values = np.asarray(series.values, dtype=np.float64)
         values = values[np.isfinite(values) & (values > 0)]
         if values.size:
-            return tag, float(np.median(values))
-    return None, None
+            return float(np.median(values))
+    return None
 
 
 def _steps_per_second(run: RunData) -> float | None:
