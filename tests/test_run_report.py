@@ -793,14 +793,15 @@ def test_python_blocks_let_go_before_the_last_collection_are_not_cyclic_garbage(
     assert freed.verdict != "leak", freed.reason
 
 
-def test_python_blocks_that_grow_right_after_full_collections_are_untracked_objects_and_leak():
+def test_python_blocks_that_grow_right_after_full_collections_are_said_to_be_untracked_objects():
     """Python's blocks grow 14 a step and RSS 1.3 KiB a step, while the C
     allocator and every tracked type stay flat (code objects from ``eval``
     kept by a tracer's leaked references: the collector tracks neither them
     nor their constants; an opened held-out shape). The memory read right
     after each walk's full collection grew with the blocks: they are not
-    cyclic garbage but live objects the collector does not track, material
-    to the process: the run leaks, and the culprit says what they are. With
+    cyclic garbage, and the reason says what they are. They are still no
+    leak on their own: an opened fixed twin (codecs looked up per shard)
+    grows its untracked objects the same way at 3.7 times materiality. With
     those readings flat, the same blocks are garbage the collections freed."""
     from tb_leak_plugin.analysis.report import _not_the_programs
     from tb_leak_plugin.metadata import AFTER_FULL_COLLECTION
@@ -827,10 +828,8 @@ def test_python_blocks_that_grow_right_after_full_collections_are_untracked_obje
         return _not_the_programs(by_role).get("leak/python/allocated_blocks", "")
 
     live = build_run_report(_run(*parts, after(2.6e5 + 14.4 * walks)))
-    assert live.verdict == "leak", live.reason
-    assert not why(live)
-    blocks = next(c for c in live.culprits if c.name == "leak/python/allocated_blocks")
-    assert "not as garbage" in blocks.evidence and "objects the collector does not track" in blocks.evidence
+    assert live.verdict == "inconclusive", live.reason
+    assert "not as garbage" in why(live) and "objects the collector does not track" in why(live)
     garbage = build_run_report(_run(*parts, after(2.6e5 + rng.normal(0, 40.0, walks.size))))
     assert garbage.verdict == "inconclusive", garbage.reason
     assert "cyclic garbage" in why(garbage)
