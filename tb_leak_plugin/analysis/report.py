@@ -680,21 +680,18 @@ def _not_the_programs(by_role) -> dict:
 
 
 def _parts_account_for(whole, memory) -> bool:
-    """Whether the parts of the host's memory that are shown to grow
-    (``Policy.alpha_shown``; the C allocator, Python's blocks at up to
-    ``Policy.large_block_bytes`` each, TensorFlow's CPU allocator) may grow,
-    at their upper 95% bounds, by as much as the whole (RSS) grows at its
-    lower one: then the whole's growth is not shown to be pages an allocator
-    keeps, whatever the C allocator alone does (Python's arenas are not the
-    C allocator's). Parts not shown to grow account for nothing: a clean
-    run's blocks wander around flat."""
+    """Whether the parts of the host's memory (the C allocator, Python's
+    blocks at up to ``Policy.large_block_bytes`` each, TensorFlow's CPU
+    allocator) may grow, at their upper 95% bounds, by as much as the whole
+    (RSS) grows at its lower one: then the whole's growth is not shown to be
+    pages an allocator keeps, whatever the C allocator alone does (Python's
+    arenas are not the C allocator's)."""
     low = whole.trend.slope_ci[0] if whole.trend.slope_ci else whole.trend.slope_per_step
     if not (math.isfinite(low) and low > 0):
         return False
     room = 0.0
     for part in memory:
-        if part.measure not in _PARTS or not _host(part) or not part.trend.slope_ci \
-                or not growth_shown(dataclasses.replace(part.trend, materiality=0.0), POLICY.alpha_shown):
+        if part.measure not in _PARTS or not _host(part) or not part.trend.slope_ci:
             continue
         high = float(part.trend.slope_ci[1])
         if math.isfinite(high) and high > 0:
