@@ -32,14 +32,26 @@ def _pause():
 def _steps(monitor, told=None):
     """Steps of a loop: STEPS, then on (at most 20 x STEPS) until the monitor
     has walked the heap MIN_WALKS times and, for a leaky loop (``told``: the
-    list its ``on_leak`` fills), until the leak was told. A loaded machine
-    gives fewer, later walks and noisier points; a verdict that says "about N
-    more steps would decide" gets them, as a user's job would."""
+    list its ``on_leak`` fills), until the leak was told and its holder named
+    in the live report. A loaded machine gives fewer, later walks and noisier
+    points; a verdict that says "about N more steps would decide" gets them,
+    as a user's job would, and so does a holder that the walks after the
+    leak was confirmed name (a buffer must be seen growing at two of them:
+    a run whose leak was confirmed at its last walks had none left)."""
     step = 0
     while step < STEPS or (step < 20 * STEPS and (step % 50 or _walks(monitor) < MIN_WALKS
-                                                   or (told is not None and not told))):
+                                                   or (told is not None and not (told and _named(monitor))))):
         yield step
         step += 1
+
+
+def _named(monitor) -> bool:
+    """Whether the leak watch has written a holder trace (the saved report
+    reads it; the live report shows it only at its next analysis)."""
+    try:
+        return bool(monitor._watch._held_by)
+    except Exception:
+        return True
 
 
 def _walks(monitor) -> int:

@@ -259,6 +259,15 @@ def test_compare_of_each_pattern(demo_report, pattern):
 def test_known_library_leaks_are_labelled_with_their_workaround(demo_report, pattern, key):
     run = demo_report[f"{pattern}/leaky"]
     known = {k["key"]: k for k in run["library_leaks"]}
+    if key not in known and _census_too_few(run):
+        # As for the holder above: a quick run that a loaded machine bought
+        # three heap walks (a session per step on a TensorFlow heap) may
+        # confirm its growing container only at close(), with no time left to
+        # trace it. The report must then say the census ran too few times, and
+        # name no culprit of the program's in its place.
+        assert _says_census_too_short(run), [(c["kind"], c["name"], c["hint"]) for c in run["culprits"][:3]]
+        assert all(c["kind"] in ("series", "op") for c in run["culprits"][:3]), run["culprits"][:3]
+        pytest.skip(f"{pattern}: the census ran too few times to trace the holder, and the report says so")
     assert key in known, (run["verdict"], [(c["kind"], c["name"]) for c in run["culprits"][:3]])
     assert known[key]["workaround"] and known[key]["issues"] and known[key]["versions"]
     assert any((c["details"] or {}).get("library_leak") == key for c in run["culprits"][:3])

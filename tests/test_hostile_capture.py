@@ -305,6 +305,34 @@ def test_leak_into_a_large_dict_is_named_without_copying_it():
     assert result.held_by[0].instances == 32
 
 
+def test_instances_in_one_container_are_all_counted_when_naming_it_passes_the_cap(monkeypatch):
+    """On a loaded machine the cap may pass while the first chain is named
+    (the container read once for all of them): the other instances held
+    through the same holders cost nothing more and are counted with it, not
+    dropped. A fake clock that jumps past the cap inside that one read makes
+    the case exact."""
+    now = [1000.0]
+    fake_time = types.SimpleNamespace(perf_counter=lambda: now[0], monotonic=lambda: now[0],
+                                      time=time.time, sleep=time.sleep)
+    monkeypatch.setattr(referrers, "time", fake_time)
+    scan = referrers._Namer._scan
+
+    def slow_scan(self, mapping, wanted):
+        found = scan(self, mapping, wanted)
+        now[0] += 60.0  # the read took the whole cap and more
+        return found
+
+    monkeypatch.setattr(referrers._Namer, "_scan", slow_scan)
+    table = {key: None for key in range(100)}
+    targets = []
+    for key in range(100, 132):
+        table[key] = Box()
+        targets.append(table[key])
+    result = referrers.trace(targets, time_cap_s=1.0)
+    assert result.held_by and result.held_by[0].path[-1] == "dict[int]", _paths(result)
+    assert result.held_by[0].instances == 32 and result.found == 32, (_paths(result), result.found)
+
+
 # -- 6. the cap holds inside one level of the search ---------------------------
 
 

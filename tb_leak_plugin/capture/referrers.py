@@ -815,10 +815,25 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
         concrete: dict[tuple, dict] = {}  # signature -> {position: set of concrete key names}
         repeats: dict[tuple, list] = {}  # (signature, position) -> [fewest, most] repeats of a chain
         first_hops: dict[tuple, list] = {}
+        # A chain through the same holders as one named already (a leak's
+        # instances in one container) costs nothing more: past the cap it is
+        # counted with that one, not dropped (the cap may pass while the
+        # first is named, reading the container once for all of them).
+        named: dict[tuple, tuple] = {}
         for index, (root, ids) in chains:
+            through = None
+            if len(ids) > 1:  # held by a container the chain names, not by the root itself
+                through = (id(root_holders[ids[0]]) if root is _ROOT else id(root), tuple(ids[:-1]),
+                           tuple(map(str, suffixes[index])) if suffixes is not None and suffixes[index] else ())
             if found and time.perf_counter() > deadline:
-                complete = False  # naming long chains ran past the cap: the rest unnamed
-                break
+                signature = named.get(through) if through is not None else None
+                if signature is None:
+                    complete = False  # naming long chains ran past the cap: the rest unnamed
+                    break
+                found += 1
+                per_target[index] = signature
+                groups[signature] += 1
+                continue
             if root is _ROOT:
                 # A module namespace, a class or a known registry holds the
                 # chain's first object.
@@ -852,6 +867,8 @@ def _trace(targets, started, time_cap_s, exclude, suffixes, max_depth, local_hop
             signature = tuple(hop_text(wildcard(hop)) for hop in path)
             per_target[index] = signature
             groups[signature] = groups.get(signature, 0) + 1
+            if through is not None:
+                named.setdefault(through, signature)
             keys = concrete.setdefault(signature, {})
             for position, hop in enumerate(path):
                 if (hop.get("kind") == "key" and hop.get("key_type") == "str") or hop.get("kind") == "global":
