@@ -23,6 +23,10 @@ STEPS = 1500
 # against 1.0 before) was one sample off the line: an exact count of seven
 # walks with one bend is `inconclusive` (its df collapse is a known limit).
 MIN_WALKS = 8
+# Once told, a leaky loop goes on until a holder trace is written, for at
+# most this many more walks (the trace at close() may still name it: a
+# loaded machine's budget may leave no time for one while the loop runs).
+HOLDER_WALKS = 4
 
 
 def _pause():
@@ -37,10 +41,20 @@ def _steps(monitor, told=None):
     points; a verdict that says "about N more steps would decide" gets them,
     as a user's job would, and so does a holder that the walks after the
     leak was confirmed name (a buffer must be seen growing at two of them:
-    a run whose leak was confirmed at its last walks had none left)."""
+    a run whose leak was confirmed at its last walks had none left), for at
+    most HOLDER_WALKS walks."""
     step = 0
-    while step < STEPS or (step < 20 * STEPS and (step % 50 or _walks(monitor) < MIN_WALKS
-                                                   or (told is not None and not (told and _named(monitor))))):
+    told_at = None  # the walks done when the leak was first seen told (read every 50 steps)
+    while True:
+        if step >= 20 * STEPS:
+            return
+        if step % 50 == 0 and (step >= STEPS or told):
+            walks = _walks(monitor)
+            if told and told_at is None:
+                told_at = walks
+            waiting = told is not None and (not told or (not _named(monitor) and walks < told_at + HOLDER_WALKS))
+            if step >= STEPS and walks >= MIN_WALKS and not waiting:
+                return
         yield step
         step += 1
 

@@ -73,13 +73,48 @@ def run_loop(case, logdir) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# Loops run two at a time: each mostly sleeps between its steps (a loop
+# goes on until the monitor, at its 1% budget, has walked the heap eight
+# times and named the holder: ~40 s of training), and each run's monitor
+# measures its own costs, so a busier machine gives it fewer walks per
+# second, never another verdict (tests/leak_loops.py waits for them). The
+# re-bound array first: each of its steps copies the whole array, so a run
+# that a busy machine makes longer costs quadratically more.
+PARALLEL_LOOPS = 2
+
+
+@pytest.fixture(scope="module")
+def loop_runs(tmp_path_factory):
+    import concurrent.futures
+
+    base = tmp_path_factory.mktemp("leak_loops")
+
+    def one(case):
+        logdir = base / case
+        try:
+            return case, (run_loop(case, logdir / "run"), logdir)
+        except BaseException as error:  # reported by the case's own test
+            return case, (error, logdir)
+
+    cases = sorted([case for case, _holder in CASES] + ["loop_bounded"], key=lambda c: c != "loop_rebound_attribute")
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL_LOOPS) as pool:
+        return dict(pool.map(one, cases))
+
+
+def _loop_result(loop_runs, case):
+    online, logdir = loop_runs[case]
+    if isinstance(online, BaseException):
+        raise online
+    return online, logdir
+
+
 @pytest.mark.parametrize("case,holder", CASES, ids=[case[0] for case in CASES])
-def test_trace_names_the_holder(tmp_path, case, holder):
-    online = run_loop(case, tmp_path / "run")
+def test_trace_names_the_holder(loop_runs, case, holder):
+    online, logdir = _loop_result(loop_runs, case)
     # While it ran: the report, the callback and the warning.
     assert online["told"] >= 1 and online["warned"], online
     # From the saved logdir, as the CLI and the tab read it.
-    report = _saved_report(tmp_path)
+    report = _saved_report(logdir)
     if case in RELEASED_BEFORE_CLOSE:
         # The leak is let go before close(): the saved series end in that
         # release, which a loaded run's last walks may leave undecided. What
@@ -176,10 +211,10 @@ def test_retracing_names_the_function(tmp_path):
     assert any("scaled" in p for p in paths), paths
 
 
-def test_clean_loop_writes_no_trace(tmp_path):
-    online = run_loop("loop_bounded", tmp_path / "run")
+def test_clean_loop_writes_no_trace(loop_runs):
+    online, logdir = _loop_result(loop_runs, "loop_bounded")
     assert online["verdict"] != "leak" and online["told"] == 0, online
-    report = _saved_report(tmp_path)
+    report = _saved_report(logdir)
     assert report.verdict != "leak", report.reason
     assert not [s for s in report.series if s.group == "containers" and s.trend and s.trend.verdict == "leak"]
     assert not [s for s in report.series if s.group == "held_by"]

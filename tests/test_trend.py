@@ -539,6 +539,34 @@ def test_a_leak_that_comes_in_stairs_is_never_certified():
     assert assess_series(t, y).verdict == "leak"
 
 
+def _toggled(kept: bool):
+    """A process's memory over 150,000 steps: warm-up, then one 88 KiB region
+    mapped and unmapped again, four times, and mapped once more in the last
+    third (``kept``: each mapping stays, stairs of a slow leak)."""
+    steps = np.r_[np.arange(0, 150000, 252), 149999].astype(float)
+    region = 88 * 1024
+    changes = [(48, 896 * 1024), (1093, 1804 * 1024), (2481, -724 * 1024)]
+    for start in (5457, 9605, 14649, 30959):
+        changes.append((start, region))
+    for end in (7355, 12123, 19903, 51475):
+        changes.append((end, 0 if kept else -region))
+    changes.append((134025, region))
+    values = np.full(steps.size, 47.4e6)
+    for at, size in changes:
+        values[steps >= at] += size
+    return steps, values
+
+
+def test_a_level_toggled_is_not_read_as_stairs_but_stairs_kept_are():
+    # A rise in the current segment is read as one more stair only where the
+    # series kept like rises before; rises it gave back are two levels.
+    steps, values = _toggled(kept=False)
+    result = assess_series(steps, values, unit="bytes")
+    assert result.verdict == "no_leak", result.reason
+    steps, values = _toggled(kept=True)
+    assert assess_series(steps, values, unit="bytes").verdict != "no_leak"
+
+
 def test_one_drop_then_a_ramp_is_not_a_leak_until_it_grows_past_the_drop():
     # A buffer seen cleared once, refilling: not a leak on its own.
     steps = np.arange(30) * 10

@@ -572,8 +572,11 @@ def _segment_residuals(t, y, starts):
 
 def _rises(t, y, starts) -> list:
     """The jumps up between consecutive segments (a segment's fitted start
-    above where the one before was heading)."""
-    out, before = [], None
+    above where the one before was heading) that the series kept: a rise
+    that a later fall of like size (within a factor of two) gave back is a
+    level toggled, not a stair (a process's memory mapping one 88 KiB region
+    and unmapping it again, seven times over a run, is two levels)."""
+    kept, before = [], None
     for a, b in zip(starts, np.r_[starts[1:], y.size]):
         if b - a < 2:
             before = None
@@ -582,9 +585,15 @@ def _rises(t, y, starts) -> list:
         if before is not None:
             jump = float(reg.beta[0] - (before.beta[0] + before.beta[1] * (t[a] - before_t0)))
             if jump > 0:
-                out.append(jump)
+                kept.append(jump)
+            elif jump < 0:
+                # The latest rise this fall gives back, if one is of its size.
+                for i in range(len(kept) - 1, -1, -1):
+                    if 0.5 * kept[i] < -jump < 2.0 * kept[i]:
+                        del kept[i]
+                        break
         before, before_t0 = reg, t[a]
-    return out
+    return kept
 
 
 # --------------------------------------------------------------------------- decision
