@@ -104,6 +104,13 @@ class Policy:
     # Steps, not points: the monitor spaces its points further apart as the
     # run ages, so a third of the points can reach back over most of it.
     final_share: float = 0.33
+    # Two level changes are "of like size" within this factor: a rise in the
+    # current segment is read as one more stair where the series kept two
+    # rises of like size before, and a later fall of like size gives a rise
+    # back (a level toggled, not a stair). Pages and allocator regions come
+    # in sizes that repeat, not exactly; a factor of two keeps a stair of
+    # half or twice the size apart from a different step.
+    like_step_ratio: float = 2.0
     # Where the current segment starts is uncertain: this share of its first
     # points is left out of its slope, so that the end of the regime before
     # (a ramp, a fill) does not bias it.

@@ -313,9 +313,10 @@ def _readings(t, y, tt, yy, starts, noise_var, pooled, policy):
         reg = regress(cols, yy, min_inflation=pooled)
         besides = (float(reg.beta[1]), float(reg.se[1]), float(reg.df))
         # A rise is a stair only where the series has risen in like steps
-        # (within a factor of two) at least twice before.
+        # (within Policy.like_step_ratio) and kept them, at least twice before.
         size = float(reg.beta[2])
-        stairs = size > 0 and sum(0.5 * size < r < 2.0 * size for r in _rises(t, y, starts)) >= 2
+        ratio = policy.like_step_ratio
+        stairs = size > 0 and sum(size / ratio < r < ratio * size for r in _rises(t, y, starts, ratio)) >= 2
         # Each claim must hold under the reading least favourable to it: a
         # leak besides the shift (the least growth the data allow), no leak
         # also with the rise read as one more stair (the most).
@@ -570,10 +571,10 @@ def _segment_residuals(t, y, starts):
     return np.concatenate(out) if out else y - median(y)
 
 
-def _rises(t, y, starts) -> list:
+def _rises(t, y, starts, ratio) -> list:
     """The jumps up between consecutive segments (a segment's fitted start
     above where the one before was heading) that the series kept: a rise
-    that a later fall of like size (within a factor of two) gave back is a
+    that a later fall of like size (within ``ratio``) gave back is a
     level toggled, not a stair (a process's memory mapping one 88 KiB region
     and unmapping it again, seven times over a run, is two levels)."""
     kept, before = [], None
@@ -589,7 +590,7 @@ def _rises(t, y, starts) -> list:
             elif jump < 0:
                 # The latest rise this fall gives back, if one is of its size.
                 for i in range(len(kept) - 1, -1, -1):
-                    if 0.5 * kept[i] < -jump < 2.0 * kept[i]:
+                    if kept[i] / ratio < -jump < ratio * kept[i]:
                         del kept[i]
                         break
         before, before_t0 = reg, t[a]
