@@ -576,7 +576,7 @@ def _rises(t, y, starts, ratio) -> list:
     above where the one before was heading) that the series kept: a rise
     that a later fall of like size (within ``ratio``) gave back is a
     level toggled, not a stair (a process's memory mapping one 88 KiB region
-    and unmapping it again, seven times over a run, is two levels)."""
+    and unmapping it again, four times over a run, is two levels)."""
     kept, before = [], None
     for a, b in zip(starts, np.r_[starts[1:], y.size]):
         if b - a < 2:
