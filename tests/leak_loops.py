@@ -26,7 +26,7 @@ MIN_WALKS = 8
 # Once told, a leaky loop goes on until a holder trace is written, for at
 # most this many more walks (the trace at close() may still name it: a
 # loaded machine's budget may leave no time for one while the loop runs).
-HOLDER_WALKS = 4
+HOLDER_WALKS = 8
 
 
 def _pause():
