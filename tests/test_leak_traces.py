@@ -643,3 +643,25 @@ def test_the_walk_asked_for_by_a_memory_leak_gets_its_analysis_with_the_budget_s
     from tb_leak_plugin.analysis.policy import WATCH
 
     assert watch._early_analyses <= WATCH.early_analyses
+
+
+def test_a_container_made_between_walks_grows_from_its_first_sighting_not_from_empty():
+    """A container made since the walk before it was first seen shows a
+    length, not a growth: its rate a step is read from that first sighting.
+    A dict of 967 entries made between the first two walks that gained one
+    more by the third, 4,000 steps later, is not growing 0.2 items a step
+    (read from empty, it was named as the holder of a run's memory growth);
+    a list made alike that kept growing is."""
+    from tb_leak_plugin.capture.online import _Container, _per_step
+
+    def entry(made, *history):
+        e = _Container(dict, made=made)
+        e.history = [(step, 1e9 + step, length) for step, length in history]
+        return e
+
+    assert not _per_step(entry(True, (0, 0), (720, 967), (4799, 968)))
+    assert _per_step(entry(True, (0, 0), (720, 500), (4799, 1500)))
+    assert not _per_step(entry(True, (0, 0), (720, 967)))  # seen once: no growth seen yet
+    # One that was there, too short to be followed, counts from its length then.
+    assert _per_step(entry(False, (0, 0), (720, 967), (4799, 968)))
+    assert not _per_step(entry(False, (0, 900), (720, 967), (4799, 968)))
