@@ -679,26 +679,21 @@ def _decide(fit, materials, t, w, n, span, unit, available_bytes, dropped, note,
                                    f"{fmt(b + t_ppf(1 - policy.alpha_clean, df) * se, unit)}/step (upper 95% bound) "
                                    f"over {since}{_context(fit, unit)}{note}"), shape=_clean_shape(fit, unit),
                            **common)
-    return _inconclusive(fit, b, se, df, materials, span, evidence, (clean_bar, bar, clean_txt),
-                         (p_leak, p_clean), warmup, note, policy, common)
-
-
-def _inconclusive(fit, b, se, df, materials, span, evidence, bars, ps, warmup, note, policy, common):
-    """Neither bound decides: say which failed and about how many more steps would."""
-    clean_bar, bar, clean_txt = bars
-    p_leak, p_clean = ps
     steps_needed = _decide_steps(b, se, df, materials, span, policy)
     more = f"; about {steps_needed:,} more steps would decide at this rate" if steps_needed else ""
-    if fit.refill:
-        why = (f"grows since a drop of {fmt(fit.refill, common['unit'])}, not yet past it: "
-               f"a buffer refilling or a leak")
-    elif b > clean_bar:
-        why = f"growth not yet shown above the {bar} that is material (lower bound too low)"
-    else:
-        why = f"growth not yet bounded under {clean_txt} (upper bound too high)"
+    why = _undecided(fit, b, unit, clean_bar, bar, clean_txt)
     return TrendResult(verdict="inconclusive", confidence=clip01(1.0 - max(1.0 - p_leak, 1.0 - p_clean)),
                        p_value=p_leak, onset_step=None, warmup_end_step=warmup, reason=f"{why}: {evidence}{more}{note}",
                        shape="unclear", decide_steps=steps_needed, **common)
+
+
+def _undecided(fit, b, unit, clean_bar, bar, clean_txt) -> str:
+    """Why neither bound decides: a refill not yet past its drop, or which bound failed."""
+    if fit.refill:
+        return f"grows since a drop of {fmt(fit.refill, unit)}, not yet past it: a buffer refilling or a leak"
+    if b > clean_bar:
+        return f"growth not yet shown above the {bar} that is material (lower bound too low)"
+    return f"growth not yet bounded under {clean_txt} (upper bound too high)"
 
 
 def _context(fit, unit) -> str:
