@@ -549,8 +549,11 @@ def test_every_full_collection_is_followed_by_a_memory_reading(tmp_path):
     blocks = run.series["leak/python/allocated_blocks"]
     full_steps = set(full.steps[full.values == 1.0].tolist())
     assert len(full_steps) >= 3 and set(after.steps.tolist()) == full_steps
-    # The walks are not where the cheap probes' own schedule reads memory.
-    assert full_steps - set(blocks.steps.tolist()), (sorted(full_steps), blocks.steps[:40])
+    # (Whether a walk's step is also one where the cheap probes read memory
+    # depends on how many walks the budget buys on this process's heap: on a
+    # full test run's heap, three walks, each on such a step. The reading
+    # after the collection is the walk's own either way.)
+    assert set(blocks.steps.tolist()) >= {0, 2999}
     assert np.all(np.diff(after.values[after.steps < max(full_steps)]) > 0)  # the strings kept
     assert "leak/gc/malloc_bytes_after_full_collection" in run.series or sys.platform != "linux"
 

@@ -422,6 +422,37 @@ def test_arrays_on_a_buffer_not_their_own_count_their_bytes_once_per_buffer():
     del keeper, buffer, owned
 
 
+def test_the_numpy_scan_leaves_out_the_monitors_own_arrays():
+    """A leak watch keeps arrays of object ids and marks in its attributes
+    (1 MB at a few walks of a small loop): counted as the program's, they
+    grew a run's numpy bytes by half as much again as its leak, and the
+    buffer that held the leak was not named (it held too little of that
+    growth). The monitor's own objects' attributes are not scanned; the
+    program's are, and an array both hold is still counted (here, through
+    the program's object)."""
+    from tb_leak_plugin.capture import online
+
+    probe = probes.LiveTensorsProbe()
+    keeper = _Keeper()
+    watch = online.LeakWatch("run")
+    before = _numpy_scan(probe)
+    shared = np.ones(1 << 16)                 # 512 KiB, held by both
+    watch.own_ids = np.zeros(1 << 17, np.int64)  # 1 MiB, the monitor's only
+    watch.shared = shared
+    keeper.kept.append(shared)
+    after = _numpy_scan(probe)
+    assert after["leak/tensors/numpy_bytes"] - before["leak/tensors/numpy_bytes"] == 1 << 19
+    assert after["leak/tensors/numpy_count"] - before["leak/tensors/numpy_count"] == 1
+    census = probes.collect_objects()
+    try:
+        found = probes.live_arrays(np.ndarray, census)
+        assert any(a is shared for a in found) and not any(a is watch.own_ids for a in found)
+        found = None
+    finally:
+        census.release()
+    del keeper, watch, shared
+
+
 def test_numpy_arrays_made_from_tensors_count_their_bytes():
     tf = pytest.importorskip("tensorflow")
     probe = probes.LiveTensorsProbe()
@@ -549,6 +580,34 @@ def test_an_attribute_is_named_only_when_it_grew_at_two_walks_by_half_the_growth
         found = None
     assert named[:2] == [[], []]              # one growth seen: not yet
     assert named[2:] == [["rows"], ["rows"]], named
+
+
+def test_a_buffer_first_seen_late_in_the_segment_is_held_to_what_grew_since():
+    """The series grew 4 MB over steps 0-1000 (4 kB a step). A bank first
+    seen at step 600 (1 MB) and grown at each of the walks after it to
+    2.6 MB by step 1000 holds all of the growth since it was seen (1.6 MB),
+    though not half of the segment's 4 MB: it is named (before, it was not:
+    a buffer under 64 KiB at the walks before and one seen late in a loaded
+    run's segment never was). An attribute re-bound to a sample of the same
+    size, seen as long, is not."""
+    import types
+
+    from tb_leak_plugin.capture import online
+
+    trend = types.SimpleNamespace(total_growth=4e6, fit={"start_step": 0, "end_step": 1000})
+    report = types.SimpleNamespace(series=[types.SimpleNamespace(tag="leak/process/malloc_bytes", trend=trend)])
+    culprit = types.SimpleNamespace(name="leak/process/malloc_bytes")
+    bank, sample = ("object", 1, b"rows"), ("object", 2, b"sample")
+    history = {}
+    for step, rows in ((600, 1.0e6), (800, 1.8e6), (1000, 2.6e6)):
+        sizes = [(bank, int(rows)), (sample, 2_100_000 + step)]  # re-bound: a few bytes apart
+        history = online._note_sizes(history, sizes, step)
+    assert online._growth_holding_arrays(culprit, report, sizes, history) == [0]
+    # Where the first sighting is not known, the whole segment's growth is the bar.
+    unknown = {key: entry[:3] + (None,) for key, entry in history.items()}
+    assert online._growth_holding_arrays(culprit, report, sizes, unknown) == []
+    assert online._growth_since(trend, 600) == pytest.approx(1.6e6)
+    assert online._growth_since(trend, -50) == online._growth_since(trend, None) == 4e6
 
 
 class _Slotted:

@@ -249,12 +249,12 @@ class LeakWatch:
         # key -> bytes of the buffers in those locals and in the program's
         # objects (see _buffers) at the walk before, and at this one; and this
         # walk's buffers themselves (dropped when the walk ends).
-        self._buffer_history: dict = {}  # key -> (first, last, growths in a row) (see _note_sizes)
+        self._buffer_history: dict = {}  # key -> (first, last, growths in a row, first step) (see _note_sizes)
         # The program's classes' buffers by owner class at the last walk and
         # at this one: id(class) -> (bytes, ids of the owners) (see _owner_classes).
         self._owners_before: dict = {}
         self._owners_now: dict = {}
-        self._owner_totals: dict = {}  # id(class) -> (first, last, growths in a row) of its buffers' bytes
+        self._owner_totals: dict = {}  # id(class) -> (first, last, growths in a row, first step) of its buffers' bytes
         self._chosen: list = []          # indices of the buffers a culprit is traced through
         self._from_scan = False          # the culprit's targets are the numpy scan's arrays
         self._own = None                 # the program's own classes in the census announced
@@ -352,7 +352,7 @@ class LeakWatch:
         self.wants_walk = False
         try:
             self._walks += 1
-            self._read_buffers(census)
+            self._read_buffers(census, step)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
             self._mark(step, census)
@@ -784,10 +784,17 @@ class LeakWatch:
                 if not kept:
                     continue
                 result = dataclasses.replace(result, held_by=kept)
+            detail = _trace_detail(culprit, step, live, new, since, result)
+            if arrays and not detail["held_by"]:
+                # Every path was left out (tb-leak's own, or one object bound
+                # at import among many arrays): the buffers chosen, or the
+                # scan's arrays, are another set at a later walk, traced then.
+                # Taken for the culprit's trace, this one named nothing and
+                # kept the holder a later walk saw grow from being traced.
+                continue
             self._traced[key] = (self._walks, live)
             if kind is not None:
                 done_here[id(kind)] = (result, live, new, since)
-            detail = _trace_detail(culprit, step, live, new, since, result)
             if arrays:
                 for entry in detail["held_by"]:
                     hops = entry.get("hops")
@@ -816,10 +823,10 @@ class LeakWatch:
         self.wants_locals = memory is not None and not self._held_by and not census.final
         if self.wants_locals and census.local_hops is None \
                 and not any(key[0] == "local" for key in self._buffer_history):
-            self._read_locals_now()
+            self._read_locals_now(step)
         self._tell(report)
 
-    def _read_buffers(self, census) -> None:
+    def _read_buffers(self, census, step=None) -> None:
         """Note this walk's buffers (see _buffers), their keys and sizes apart
         from them (a trace must find no tuple of ours on their paths), and
         their history. Read at every walk, like the census: their cost is the
@@ -830,21 +837,22 @@ class LeakWatch:
         self._walk_buffers = [target for _key, _size, target, _buffer in found]
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
         found = None
-        self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes)
+        self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes, step)
         self._owners_before = self._owners_now
         self._owners_now = _owner_classes(self._walk_sizes, self._walk_buffers)
         self._owner_totals = _note_sizes(self._owner_totals,
-                                         [(kind, total) for kind, (total, _owners) in self._owners_now.items()])
+                                         [(kind, total) for kind, (total, _owners) in self._owners_now.items()],
+                                         step)
         self._walk_seconds += time.perf_counter() - started
 
-    def _read_locals_now(self) -> None:
+    def _read_locals_now(self, step=None) -> None:
         """The running functions' local buffers, read for the first time at
         this walk (their first reading: what they grow from)."""
         started = time.perf_counter()
         found = _buffers(referrers.running_locals())
         sizes = [(key, size) for key, size, _target, _buffer in found]
         found = None
-        self._buffer_history.update(_note_sizes({}, sizes))
+        self._buffer_history.update(_note_sizes({}, sizes, step))
         self.trace_seconds += time.perf_counter() - started
 
     def _fresh_objects(self, census):
@@ -1370,14 +1378,33 @@ def _slot_values(owner) -> list:
     return out
 
 
-def _note_sizes(history: dict, sizes: list) -> dict:
-    """Each buffer's (first, last, growths in a row) across walks, from its
-    sizes at this walk; buffers not seen at this walk are forgotten."""
+def _note_sizes(history: dict, sizes: list, step: int | None = None) -> dict:
+    """Each buffer's (first, last, growths in a row, step first seen) across
+    walks, from its sizes at this walk (at ``step``; None: not known);
+    buffers not seen at this walk are forgotten."""
     out = {}
     for key, size in sizes:
         old = history.get(key)
-        out[key] = (size, size, 0) if old is None else (old[0], size, old[2] + 1 if size > old[1] else 0)
+        out[key] = (size, size, 0, step) if old is None else (old[0], size, old[2] + 1 if size > old[1] else 0,
+                                                                old[3])
     return out
+
+
+def _growth_since(trend, first_step) -> float:
+    """The growth the series' fitted line gives over the steps a buffer has
+    been watched: from its first sighting (or the segment's start, if later)
+    to the segment's end; the whole segment's when the sighting is not known.
+    A buffer first seen when half the segment had gone by cannot have grown
+    by half the segment's growth since, and need not: it is held to the same
+    stretch of steps as the series."""
+    total = float(trend.total_growth)
+    fit = getattr(trend, "fit", None)
+    if first_step is None or not isinstance(fit, dict) or not {"start_step", "end_step"} <= fit.keys():
+        return total
+    start, end = fit["start_step"], fit["end_step"]
+    if not end > start:
+        return total
+    return total * min(max((end - max(start, first_step)) / (end - start), 0.0), 1.0)
 
 
 def _attribute_hops(owner, buffer) -> list:
@@ -1408,23 +1435,25 @@ def _growth_holding_arrays(culprit, report, sizes: list, history: dict) -> list:
     and grew: a running function's local since the walk before (a loop
     re-binds it to a new, bigger array each step: it is held by nothing the
     collector lists, so no growing container names it), an object's
-    attribute or a global at each of the last two walks and by that much
-    since it was first seen (a parser extends its bytearray; an attribute
+    attribute or a global at each of the last two walks and, since it was
+    first seen, by half of what the series grew since then (see
+    _growth_since; a parser extends its bytearray; an attribute
     re-bound to a new sample of the same size, or a dataset loaded once,
     never is). At most three; returns their indices in ``sizes``."""
     series = next((r for r in (report.series if report is not None else ())
                    if r.tag == culprit.name and r.trend is not None), None)
     if series is None or not series.trend.total_growth > 0:
         return []
-    bar = WATCH.local_array_growth_share * float(series.trend.total_growth)
+    share = WATCH.local_array_growth_share
+    bar = share * float(series.trend.total_growth)
     grown = []
     for index, (key, size) in enumerate(sizes):
         entry = history.get(key)
         if entry is None or size < bar:
             continue
-        first, _last, streak = entry
+        first, _last, streak, seen = entry
         if key[0] == "local" and streak >= 1 or key[0] != "local" and streak >= WATCH.buffer_growth_walks \
-                and size - first >= bar:
+                and size - first >= share * _growth_since(series.trend, seen):
             grown.append((size, index))
     grown.sort(key=lambda item: -item[0])
     return [index for _size, index in grown[:WATCH.local_arrays_traced]]
@@ -1450,7 +1479,8 @@ def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: 
     counts what is retained per path rather than per object (a registry
     keeping a processor per domain, each with 0.5 MiB of tables: no one
     table grows). As for one buffer, the sum must have grown at each of the
-    last two walks and by that much since first seen (``totals``): a pool
+    last two walks and, since first seen, by half of what the series grew
+    since then (``totals``, see _growth_since): a pool
     of a fixed number of batches, full at one walk, empty at the next and
     full again, holds no growth. Returns the indices in ``sizes`` of one buffer each of at
     most WATCH.local_arrays_traced owners of that class made since the last
@@ -1463,7 +1493,9 @@ def _owners_holding_growth(culprit, report, sizes: list, targets: list, before: 
     now = _owner_classes(sizes, targets)
     grown = [(total - before.get(kind, (0, None))[0], kind) for kind, (total, _owners) in now.items()]
     grown = [(gain, kind) for gain, kind in grown if gain >= bar and kind in totals
-             and totals[kind][2] >= WATCH.buffer_growth_walks and totals[kind][1] - totals[kind][0] >= bar]
+             and totals[kind][2] >= WATCH.buffer_growth_walks
+             and totals[kind][1] - totals[kind][0] >= WATCH.local_array_growth_share
+             * _growth_since(series.trend, totals[kind][3])]
     if not grown:
         return []
     kind = max(grown)[1]
