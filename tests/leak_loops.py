@@ -33,7 +33,7 @@ def _pause():
     time.sleep(0.0012)
 
 
-def _steps(monitor, told=None):
+def _steps(monitor, told=None, most=20 * STEPS):
     """Steps of a loop: STEPS, then on (at most 20 x STEPS) until the monitor
     has walked the heap MIN_WALKS times and, for a leaky loop (``told``: the
     list its ``on_leak`` fills), until the leak was told and its holder named
@@ -42,11 +42,11 @@ def _steps(monitor, told=None):
     as a user's job would, and so does a holder that the walks after the
     leak was confirmed name (a buffer must be seen growing at two of them:
     a run whose leak was confirmed at its last walks had none left), for at
-    most HOLDER_WALKS walks."""
+    most HOLDER_WALKS walks. At most ``most`` steps."""
     step = 0
     told_at = None  # the walks done when the leak was first seen told (read every 50 steps)
     while True:
-        if step >= 20 * STEPS:
+        if step >= most:
             return
         if step % 50 == 0 and (step >= STEPS or told):
             walks = _walks(monitor)
@@ -253,7 +253,12 @@ class Bank:
 def loop_rebound_attribute(logdir, seen):
     bank = Bank()
     monitor = Monitor(str(logdir), on_leak=seen.append)
-    for step in _steps(monitor, seen):
+    # Each step copies the whole bank: the time of a step grows with the run,
+    # and once the allowance is spent a walk waits for 1% of training to pay
+    # for it, so 20 x STEPS steps would copy terabytes (a CI run of this loop
+    # ran past its 240 s). Four times STEPS: 6,000 steps, at most a few tens
+    # of seconds; the holder is named within the first thousand.
+    for step in _steps(monitor, seen, most=4 * STEPS):
         bank.add(np.ones((16, 64), np.float32))  # +4 KiB a step, one array
         _pause()
         monitor.sample(step)

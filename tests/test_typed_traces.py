@@ -795,3 +795,75 @@ def test_a_class_namespace_itself_is_never_a_container_holder():
                                          {"kind": "key", "name": "items", "key_type": "str"}])
     assert online._interpreter_root([{"kind": "global", "name": "sys.modules"}])
     assert not online._interpreter_root([{"kind": "global", "name": "mymodule.cache"}])
+
+
+class _SlowHeap:
+    """The gc module, with each pass of the heap (``get_referrers``) taking
+    at least ``seconds``: a heap as large as TensorFlow's (300,000 objects,
+    35-110 ms a pass) in a test process that is not."""
+
+    def __init__(self, seconds):
+        import gc
+
+        self._gc, self.seconds = gc, seconds
+
+    def get_referrers(self, *objects):
+        import time
+
+        time.sleep(self.seconds)
+        return self._gc.get_referrers(*objects)
+
+    def __getattr__(self, name):
+        return getattr(self._gc, name)
+
+
+class Registry:
+    def __init__(self):
+        self.rows = []
+
+
+def test_a_traces_cap_is_counted_in_passes_of_the_heap_on_a_large_heap(monkeypatch):
+    """A module global's object's list holding the target is three passes of
+    the heap or more up from it. Where a pass takes 0.15 s, a cap of 0.25 s
+    starts no third level and names nothing (the demo's default-session
+    stack on a TensorFlow heap); a cap counted in passes as long as the
+    first one took names the global, within its ceiling."""
+    import types
+
+    module = types.ModuleType("tbleak_test_slow_registry")
+    module.registry = Registry()
+    module.registry.rows.extend(Box() for _ in range(4))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(referrers, "gc", _SlowHeap(0.15))
+    target = [module.registry.rows[2]]
+
+    short = referrers.trace(target, time_cap_s=0.25)
+    assert not short.held_by and not short.complete and short.levels <= 2
+
+    counted = referrers.trace(target, time_cap_s=0.25, passes=12, max_cap_s=5.0)
+    (held,) = counted.held_by
+    assert held.path[0] == "global `tbleak_test_slow_registry.registry`", held.path
+    assert held.path[1] == "Registry.rows" and counted.complete
+    assert counted.seconds < 5.0
+
+    # The ceiling holds: no more passes than it has room for.
+    capped = referrers.trace(target, time_cap_s=0.25, passes=12, max_cap_s=0.3)
+    assert not capped.held_by and capped.levels <= 2
+
+
+def test_the_watch_gives_a_trace_its_passes_within_what_is_left():
+    watch = online.LeakWatch("run")
+    watch._deadline = float("inf")
+    limits = watch._trace_limits()
+    assert limits["time_cap_s"] == online.WATCH.trace_cap_s
+    assert limits["passes"] == online.WATCH.trace_passes
+    assert limits["max_cap_s"] == online.WATCH.max_trace_s
+    watch.contention = 2.0
+    assert watch._trace_limits()["max_cap_s"] == 2.0 * online.WATCH.max_trace_s
+    import time
+
+    watch._deadline = time.perf_counter() + 0.5
+    limits = watch._trace_limits()
+    assert limits["max_cap_s"] <= 0.35 and limits["time_cap_s"] <= 0.35
+    # The owed trace's allowance covers the largest cap.
+    assert online.WATCH.first_trace_s * 0.7 >= online.WATCH.max_trace_s

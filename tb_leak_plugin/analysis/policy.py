@@ -253,6 +253,18 @@ class WatchPolicy:
     trace_sample: int = 32
     trace_cap_s: float = 0.25
     walk_trace_cap_s: float = 0.5
+    # A trace climbs one pass of the heap per level, and a pass costs what the
+    # heap's size makes it (and more the more objects it looks for: CPython
+    # compares every reference with each of them): on a TensorFlow heap of
+    # 300,000 objects 35-60 ms for one object, 100-110 ms for 32. A path from a
+    # module global to a list's item is five levels (global → object → its
+    # dict → the list → the item): 0.22 s for one object, 0.43 s for 32
+    # sessions on an idle machine, where the cap of 0.25 s named nothing (the
+    # demo's default-session stack). So a trace's cap is at least this many
+    # passes, as long as its first one took, and at most max_trace_s (both
+    # times the contention): small heaps keep trace_cap_s.
+    trace_passes: int = 6
+    max_trace_s: float = 0.75
     # Traces written per run (a bounded logdir whatever the run's length).
     max_traces: int = 48
     # Containers: the smallest length followed, how many are followed at once,
@@ -360,8 +372,9 @@ class WatchPolicy:
         trace_cap_s at the first walk that has something to trace, and one
         more at its last walk if none named a holder, even when the budget is
         spent: the monitor's time may exceed its budget by this much, twice
-        (a trace checks its cap between levels, hence the margin)."""
-        return self.trace_cap_s / 0.7 + self.min_trace_s
+        (a trace checks its cap between levels, hence the margin). Its cap
+        may reach max_trace_s on a large heap (see trace_passes)."""
+        return self.max_trace_s / 0.7 + self.min_trace_s
 
     @property
     def container_overdraft_s(self) -> float:

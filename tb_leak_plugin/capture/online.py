@@ -319,7 +319,7 @@ class LeakWatch:
         if (self._held_by or leaking or self._memory_leaks) and len(self._held_by) < WATCH.max_traces:
             # Before any leak is seen the first trace is not foreseen: if the
             # last analysis finds one, that trace runs anyway (WATCH.first_trace_s).
-            work += min(WATCH.trace_cap_s * self.contention, max(self.trace_cost_s, WATCH.final_trace_s))
+            work += min(WATCH.max_trace_s * self.contention, max(self.trace_cost_s, WATCH.final_trace_s))
         return work
 
     def _left(self) -> float:
@@ -330,6 +330,12 @@ class LeakWatch:
         """A trace's time cap: a trace checks its cap between levels of its
         search, and a level can take a tenth of a second on a large heap."""
         return min(WATCH.trace_cap_s * self.contention, 0.7 * self._left())
+
+    def _trace_limits(self) -> dict:
+        """A trace's time cap, and what it may grow to on a large heap (see
+        WATCH.trace_passes), as referrers.trace takes them."""
+        return {"time_cap_s": self._trace_cap(), "passes": WATCH.trace_passes,
+                "max_cap_s": min(WATCH.max_trace_s * self.contention, 0.7 * self._left())}
 
     def after_walk(self, step: int, wall_time: float, census, write, walk_s: float = 0.0,
                    spare_s: float | None = None, advance_s: float | None = None) -> float:
@@ -631,7 +637,7 @@ class LeakWatch:
             del chosen[room:]
             self._container_traces += 1
             objs = [obj for _key, _entry, obj in chosen]
-            result = referrers.trace(objs, time_cap_s=self._trace_cap(),
+            result = referrers.trace(objs, **self._trace_limits(),
                                      exclude=_census_lists(census) + [pending, chosen] + pending + chosen,
                                      local_hops=census.local_hops, containers=True)
             objs = None
@@ -758,7 +764,7 @@ class LeakWatch:
                         if self._walk_held[index] is not None else None for index in chosen] \
                 if chosen and len(chosen) == len(sample) else None
             chosen = None
-            result = referrers.trace(sample, time_cap_s=self._trace_cap(), suffixes=suffixes,
+            result = referrers.trace(sample, **self._trace_limits(), suffixes=suffixes,
                                      exclude=_census_lists(census) + [sample, self._walk_buffers],
                                      local_hops=census.local_hops,
                                      fresh=self._fresh_objects(census))
@@ -949,7 +955,7 @@ class LeakWatch:
         for obj in objs:
             if self._left() < WATCH.min_trace_s:
                 break
-            result = referrers.trace([obj], time_cap_s=self._trace_cap(), exclude=exclude,
+            result = referrers.trace([obj], **self._trace_limits(), exclude=exclude,
                                      local_hops=census.local_hops, containers=True)
             seconds += result.seconds
             traced += 1
