@@ -665,3 +665,55 @@ def test_a_container_made_between_walks_grows_from_its_first_sighting_not_from_e
     # One that was there, too short to be followed, counts from its length then.
     assert _per_step(entry(False, (0, 0), (720, 967), (4799, 968)))
     assert not _per_step(entry(False, (0, 900), (720, 967), (4799, 968)))
+
+
+class _LeakedRecord:
+    pass
+
+
+def test_the_culprit_that_leads_the_report_at_close_gets_its_trace_with_the_budget_spent():
+    """A run told from one culprit and traced then may end led by another
+    that no trace was written for (a parser's buffer told from the C
+    allocator's bytes and traced then, whose report at close led with RSS,
+    the allocator's bytes undecided: a CI run's report named no holder). The
+    walk at close gives that culprit its analysis and its trace, with the
+    budget spent. Before, that walk found the budget spent and a holder
+    already named, and ran nothing."""
+    from tb_leak_plugin.capture.online import LeakWatch
+    from tb_leak_plugin.capture.probes import Census, type_name
+    from tb_leak_plugin.metadata import HELD_BY_GROUP, SeriesInfo
+
+    watch = LeakWatch("run")
+    # What the watch wrote at an earlier walk: another culprit's trace.
+    earlier = SeriesInfo(HELD_BY_GROUP, "t0", "instances", "series:leak/process/malloc_bytes", detail=json.dumps(
+        {"culprit": {"kind": "series", "name": "leak/process/malloc_bytes"}, "step": 10, "held_by": []}))
+    watch._held_by.append((earlier, 10, 1e9 + 10, 1.0))
+    watch._traced["series:leak/process/malloc_bytes"] = (1, 1)
+    watch._memory_leaks = True
+    count = SeriesInfo("objects", "live_count", "count", type_name(_LeakedRecord))
+    _KEPT["records"] = kept = []
+    written = []
+    try:
+        for step in range(0, 1200, 100):
+            kept.extend(_LeakedRecord() for _ in range(50))
+            watch.history.record(step, 1e9 + step, [(count, float(len(kept)))])
+            census = Census(list(kept))
+            census.final = step == 1100
+            # No budget at any walk: nothing may run but what is owed (at
+            # close, as the monitor calls it, with no advance to bound it).
+            watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01,
+                             spare_s=0.0, advance_s=None if census.final else 0.0)
+            census.release()
+            census = None
+            if step < 1100:
+                assert watch._analysed_walks == 0, step
+        assert watch.last_report.verdict == "leak", watch.last_report.reason
+        lead = watch.last_report.culprits[0]
+        assert (lead.kind, lead.name) == ("object_type", type_name(_LeakedRecord)), lead
+        key = f"object_type:{type_name(_LeakedRecord)}"
+        assert key in watch._traced, watch._traced
+        paths = [" → ".join(entry["path"]) for info, _step, _wall, _value in watch._held_by[1:]
+                 for entry in json.loads(info.detail)["held_by"]]
+        assert any("`kept`" in p or "_KEPT" in p for p in paths), paths
+    finally:
+        _KEPT["records"] = []

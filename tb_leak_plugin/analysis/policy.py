@@ -294,8 +294,10 @@ class WatchPolicy:
     final_trace_s: float = 0.25
     # A run that leaks and has no trace yet gets one trace of up to trace_cap_s at
     # the first walk that has something to trace, and one more at its last walk
-    # if none named a holder, even when the budget is spent (it is the answer the
-    # user needs): the monitor's time may exceed its budget by this much, twice.
+    # if none named a holder or the culprit that leads the report then has no
+    # trace (with that walk's analysis), even when the budget is spent (it is
+    # the answer the user needs): the monitor's time may exceed its budget by
+    # this much, twice.
     # The first walk that finds it, because by the last the loop's function may
     # have returned and what held the leak in its locals be gone (an array
     # re-bound to a bigger one each step); the last, because a trace cut short

@@ -322,6 +322,10 @@ class LeakWatch:
             work += min(WATCH.max_trace_s * self.contention, max(self.trace_cost_s, WATCH.final_trace_s))
         return work
 
+    def _leaked(self) -> bool:
+        """Whether an analysis of this run found a leak."""
+        return self._memory_leaks or (self.last_report is not None and self.last_report.verdict == "leak")
+
     def _left(self) -> float:
         """Seconds left to this walk's optional work (analysis, traces)."""
         return self._deadline - time.perf_counter()
@@ -374,7 +378,11 @@ class LeakWatch:
             # The last walk of a run with no trace yet: its analysis, and one
             # trace if it finds a leak, run whatever the budget has left
             # (WATCH.first_trace_s): who holds a leak is the answer the user needs.
-            owed = not self._held_by and (census.final or (
+            # So does the last walk of a run that leaked: the report at close
+            # may lead with a culprit no trace was written for (a run told
+            # from the C allocator's bytes and traced then, whose report at
+            # close leads with RSS, the allocator's bytes undecided: no holder).
+            owed = (not self._held_by or (census.final and self._leaked())) and (census.final or (
                 census.local_hops is not None and not self._first_trace_owed_paid
                 and self._locals_analyses < WATCH.locals_analyses))
             # What an analysis past the budget is foreseen to cost: its last
@@ -704,7 +712,9 @@ class LeakWatch:
         # type (live tensors by count and by bytes) share one trace.
         done_here: dict = {}
         deadline = self._deadline
-        owed = not self._held_by and (census.final or not self._first_trace_owed_paid)
+        lead = report.culprits[0] if report.culprits else None
+        owed = (not self._held_by and (census.final or not self._first_trace_owed_paid)) or (
+            census.final and lead is not None and f"{lead.kind}:{lead.name}" not in self._traced)
         if owed:
             # A leaking run whose holder is still unnamed gets its one trace
             # now, whatever the budget has left (see WATCH.first_trace_s): paid
