@@ -432,7 +432,11 @@ STEPS = {
     "keras_fit": (2.5, None),
     "v1_graph_growth": (0.5, 120),
     "session_per_step": (1.0, 250),
-    "inplace_updates": (1.0, 250),
+    # Its allocator's bytes rise in uneven steps (a TensorArray's tensors
+    # freed and kept in batches): at 250 steps a loaded CI machine's run had
+    # 122 points, its current segment 14 of them, and stayed `inconclusive`
+    # ("about 249 more steps would decide"); 500 steps take 25-35 s there.
+    "inplace_updates": (2.0, 500),
     "function_per_step": (1.0, 200),
     "graph_in_loop": (1.0, 200),
 }
