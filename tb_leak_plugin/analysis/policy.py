@@ -372,8 +372,9 @@ class WatchPolicy:
     def first_trace_s(self) -> float:
         """A run that leaks and has no trace yet gets one trace of up to
         trace_cap_s at the first walk that has something to trace, and one
-        more at its last walk if none named a holder, even when the budget is
-        spent: the monitor's time may exceed its budget by this much, twice
+        more at its last walk if none named a holder or the culprit that leads
+        the report then has no trace, even when the budget is spent: the
+        monitor's time may exceed its budget by this much, twice
         (a trace checks its cap between levels, hence the margin). Its cap
         may reach max_trace_s on a large heap (see trace_passes)."""
         return self.max_trace_s / 0.7 + self.min_trace_s
