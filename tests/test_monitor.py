@@ -410,7 +410,8 @@ def test_long_run_overhead_tends_to_one_percent():
         for train_s in (2.0, 30.0, 300.0, 3 * 86400.0):
             spent = 0.82 * (0.01 * train_s + 2.0 * sum(w * train_s / (train_s + h) for w, h in release))
             due = monitor_lib._train_time_paying(0.82, 0.01, 2.0, spent, release)
-            assert abs(due - train_s) <= 1e-6 * train_s
+            # Found to a millisecond or a part in 10^5 of the training time.
+            assert abs(due - train_s) <= max(1e-3, 1e-5 * train_s)
     # After 3 days the allowance is a rounding error next to 1%.
     assert (0.01 * 259200 + 2.0) / 259200 < 0.0101
 
@@ -654,3 +655,37 @@ def test_a_walk_after_memory_grew_collects_fully(tmp_path):
         assert not monitor._full_collection_next()
     finally:
         monitor.close()
+
+
+def test_a_slow_write_at_a_heap_walk_does_not_starve_the_cheap_counters(tmp_path, monkeypatch):
+    """What a sample's groups share (writing its points, the history,
+    releasing the object list) is paid in proportion to each group's own
+    work. Split alike, a heap walk's share of it fell on the cheap counters,
+    whose own work is a hundredth of a walk's: on a loaded machine (two
+    held-out runs beside a test run) a walk's slow write charged them a
+    quarter of a second, the budget had no cheap point to give for the rest
+    of a 60-s run, and a leaking run's memory series ended in four points,
+    the last after its release: `no_leak`. Here the first sample's write
+    takes a second of a simulated 60-s run; the cheap counters keep their
+    points to the end."""
+    from tb_leak_plugin import summary
+
+    write = summary.EventWriter.write
+    slow = {"left": 1}
+
+    def slow_write(self, step, sample, wall_time=None):
+        if slow["left"] and any(info.group == "gc" for info, _value in sample):
+            slow["left"] -= 1
+            sim.advance(1.0)
+        return write(self, step, sample, wall_time)
+
+    monkeypatch.setattr(summary.EventWriter, "write", slow_write)
+    with clock.use(clock.SimulatedClock()) as sim:
+        monitor = tbleak.Monitor(str(tmp_path / "run"), probes=("process", "python", "objects"))
+        for step in range(6000):
+            sim.advance(0.01)
+            monitor.sample(step)
+        monitor.close()
+    assert slow["left"] == 0
+    steps = loading.load_run("run", str(tmp_path / "run")).series["leak/process/rss_bytes"].steps
+    assert int(np.count_nonzero(steps >= 4000)) >= 20, steps

@@ -210,6 +210,10 @@ def held_by_entries(trace: dict) -> list[dict]:
                     "instances": int(entry["instances"]),
                     "of": int(of) if isinstance(of, int) else None,
                     "sampled": int(entry.get("sampled", 0)) if isinstance(entry.get("sampled"), int) else None})
+        for field in ("items_per_step", "item_bytes"):  # a container's growth as the watch measured it
+            number = finite_or_none(entry.get(field))
+            if number is not None and number >= 0:
+                out[-1][field] = number
     if not trace.get("containers"):  # containers arrive ranked by the bytes they add
         out.sort(key=lambda e: -e["instances"])
     return out
@@ -342,23 +346,22 @@ def retained_containers(culprits: list) -> list:
         details = culprit.details if isinstance(culprit.details, dict) else {}
         if culprit.kind != "series" or not details.get("held_by_containers"):
             continue
+        step = (details.get("trace") or {}).get("step")
         kept = [e for e in details.get("held_by") or []
-                if not (e.get("hops") and _holds(e["hops"][-1]) and _atomic(_holds(e["hops"][-1])))]
+                if not (e.get("hops") and _holds(e["hops"][-1]) and _atomic(_holds(e["hops"][-1])))
+                or _holds_the_growth(e, culprit, step)]
         if not kept:
             culprit.details = {k: v for k, v in details.items()
                                if k not in ("held_by", "held_by_containers", "trace")}
             continue
         details["held_by"] = kept
-        step = (details.get("trace") or {}).get("step")
         for entry in details.get("held_by") or []:
             hops = list(entry.get("hops") or [])
             if len(hops) < 2 or not _holds(hops[-1]):
                 continue
             added = entry.get("instances")
             when = f" by step {step}" if isinstance(step, int) else ""
-            # Followed from the first heap walk (the baseline, at the first
-            # sample): its growth per step since then.
-            rate = added / step if isinstance(added, int) and isinstance(step, int) and step > 0 else None
+            rate = _items_per_step(entry, step)
             out.append(Culprit(
                 kind="container", name=" → ".join(entry["path"]), growth_per_step=rate, unit="items",
                 evidence=(f"{added:,} items added between heap walks{when}, while {culprit.name} grows"
@@ -368,6 +371,39 @@ def retained_containers(culprits: list) -> list:
                          "held_by": [{**_entry(hops[:-1]), "instances": added if isinstance(added, int) else None}]},
             ))
     return out
+
+
+def _items_per_step(entry: dict, step) -> float | None:
+    """A traced container's growth per step: as the watch measured it
+    between the walks that saw it, or else since the first heap walk (the
+    baseline, at the first sample)."""
+    rate = finite_or_none(entry.get("items_per_step"))
+    if rate is not None:
+        return rate
+    added = entry.get("instances")
+    return added / step if isinstance(added, int) and isinstance(step, int) and step > 0 else None
+
+
+def _holds_the_growth(entry: dict, culprit, step) -> bool:
+    """Whether a container of numbers holds at least ``Policy.held_share``
+    of its memory series' growth, counted in that series' unit: a number is
+    one of Python's blocks, and its bytes and its slot's in bytes. A list of
+    losses (one float a step in a run that leaks kilobytes a step) does not;
+    a consumer's list of 64 timings a step, the whole of a run's growth,
+    does."""
+    from tb_leak_plugin.analysis.policy import POLICY
+
+    rate, growth = _items_per_step(entry, step), finite_or_none(culprit.growth_per_step)
+    size = finite_or_none(entry.get("item_bytes"))
+    if rate is None or growth is None or not growth > 0:
+        return False
+    if culprit.unit == "blocks":
+        held = rate
+    elif culprit.unit == "bytes" and size is not None:
+        held = rate * (size + 8.0)
+    else:
+        return False
+    return held >= POLICY.held_share * growth
 
 
 def container_hops(culprit) -> list | None:

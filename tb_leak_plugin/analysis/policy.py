@@ -276,6 +276,12 @@ class WatchPolicy:
     min_items_per_step: float = 0.2
     followed_containers: int = 16
     growing_walks: int = 3
+    # The cap of the search, down from the running functions' locals only, for
+    # the followed containers that grew at a walk (times the contention): no
+    # pass of the heap, it reads at most referrers.MAX_DOWN objects in 15% of
+    # it; a short run's walks have no budget for a trace of the heap, and
+    # a container a training function holds is gone at the last walk.
+    seen_trace_s: float = 0.1
     max_containers: int = 8
     max_container_ids: int = 2_000_000
     # The analysis runs from this many heap walks on.

@@ -280,7 +280,10 @@ def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_REL
     lo, hi = 0.0, 1.0
     while budget * hi + min(allowance_s * _release_share(release, hi), cap) < need:
         hi *= 2.0
-    for _ in range(60):
+    # To a millisecond of training time or a part in 10^5 of it: a schedule
+    # needs no more, and the search runs at every sample a group takes (60
+    # halvings were a third of the cheap counters' cost a point).
+    while hi - lo > max(1e-3, 1e-5 * hi):
         mid = 0.5 * (lo + hi)
         if budget * mid + min(allowance_s * _release_share(release, mid), cap) < need:
             lo = mid
@@ -837,10 +840,16 @@ class Monitor:
                 self._stop(f"{_MAX_WRITE_FAILURES} writes failed in a row; the monitor stops sampling "
                            "(what is pending is written at close() if space returns)")
         # Writing, the history, releasing the object list: paid for by the
-        # groups that ran, alike.
-        shared_cost = max(time.perf_counter() - run_started - sum(costs.values()) - paid_elsewhere, 0.0) / len(due)
+        # groups that ran, in proportion to their own work. Split alike, a
+        # heap walk's share of it (its many series written, its object list
+        # released) fell on the cheap counters, whose own work is a
+        # hundredth of it: a loaded machine's first sample charged them a
+        # quarter of a second, and a 60-s run had no cheap point after it.
+        shared = max(time.perf_counter() - run_started - sum(costs.values()) - paid_elsewhere, 0.0)
+        own = sum(costs.get(unit.name, 0.0) for unit in due)
         for unit in due:
-            cost = costs.get(unit.name, 0.0) + shared_cost
+            mine = costs.get(unit.name, 0.0)
+            cost = mine + shared * (mine / own if own > 0 else 1.0 / len(due))
             if unit.runs == 0:
                 # The first run pays one-time costs (the collector's first full
                 # pass over a young heap, TensorFlow's first eager op): schedule

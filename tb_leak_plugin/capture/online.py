@@ -174,7 +174,7 @@ class History:
 
 
 class _Container:
-    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info", "made")
+    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info", "made", "seen", "item_bytes")
 
     def __init__(self, kind, made: bool = False):
         self.kind = kind
@@ -188,6 +188,11 @@ class _Container:
         self.subject: str | None = None
         self.reported = False
         self.info: SeriesInfo | None = None
+        # The path from a running function's local, found while it grew (see
+        # LeakWatch._seen_from_locals): (hops, step); None: not looked for
+        # yet; False: no local reached it.
+        self.seen: tuple | bool | None = None
+        self.item_bytes = 0.0
 
 
 class LeakWatch:
@@ -215,6 +220,10 @@ class LeakWatch:
         self._traced: dict[str, tuple] = {}  # culprit key -> (walk, live count)
         self._told: set[str] = set()
         self._containers: dict[int, _Container] = {}
+        # Followed containers gone since (the training function that held
+        # them returned) that grew at every walk and had a path from a local.
+        self._gone: list[_Container] = []
+        self._walk_grown: list = []  # (entry, container) grown at this walk, no path yet
         self._container_ids = None
         self._container_lengths = None
         self._container_all = None    # sorted ids of every container at the last walk, short ones too
@@ -365,6 +374,8 @@ class LeakWatch:
             self._read_buffers(census, step)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
+            if self._walk_grown and not census.final:
+                self._seen_from_locals(step, census)
             self._mark(step, census)
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
             self._fresh = None
@@ -413,6 +424,7 @@ class LeakWatch:
         finally:
             self._fresh = None  # never holds the program's objects past the walk
             self._walk_sizes, self._walk_buffers, self._walk_held = [], [], []
+            self._walk_grown = []
             self._own = None  # (classes of the program: not kept past the walk)
         return time.perf_counter() - started
 
@@ -543,12 +555,17 @@ class LeakWatch:
             if obj is None or type(obj) is not entry.kind:
                 if entry.reported and entry.subject:
                     extra.append((entry.info, 0.0))
+                elif entry.seen and entry.grew >= 1 + entry.made and _per_step(entry) \
+                        and len(self._gone) < WATCH.max_containers:
+                    self._gone.append(entry)
                 del self._containers[key]
                 continue
             length = int(lens[index])
             last = entry.history[-1][2]
             entry.grew = entry.grew + 1 if length > last else 0
             entry.history.append((step, wall_time, length))
+            if entry.seen is None and not entry.reported and entry.grew >= 1 + entry.made and _per_step(entry):
+                self._walk_grown.append((entry, obj))
             if not entry.reported and entry.grew == 0:
                 # Stopped growing: make room for others.
                 del self._containers[key]
@@ -608,10 +625,40 @@ class LeakWatch:
                 entry.grew = 1
                 self._containers[key] = entry
                 room -= 1
+                if not entry.made and _per_step(entry):
+                    self._walk_grown.append((entry, containers[big[index]]))
         self._container_ids, self._container_lengths, self._container_all = ids, lens, every
         self._last_step, self._last_wall = step, wall_time
         containers = None
         return extra
+
+    def _seen_from_locals(self, step, census) -> None:
+        """The followed containers that grew at this walk, looked for down
+        from the running functions' locals only (no pass of the heap: a few
+        milliseconds, within WATCH.seen_trace_s). A container a training
+        function holds (``consumer._times``, a list of floats no census
+        counts) is gone at the last walk, after the function returned, and
+        the walks of a short run before it have no budget left for a trace
+        of the heap. The path is kept with the container: at the last walk
+        of a run whose memory leaked and nothing else names the holder, it
+        is that holder, as seen while it grew (see _trace_containers_for)."""
+        grown = self._walk_grown[:WATCH.followed_containers]
+        objs = [obj for _entry, obj in grown]
+        result = referrers.trace(objs, time_cap_s=WATCH.seen_trace_s * self.contention, max_depth=0,
+                                 exclude=_census_lists(census) + [objs, grown, self._walk_grown],
+                                 local_hops=census.local_hops, containers=True)
+        self.trace_seconds += result.seconds
+        by_signature = {h.signature: h for h in result.held_by}
+        for (entry, obj), signature in zip(grown, result.signatures or ()):
+            held = by_signature.get(signature) if signature is not None else None
+            if held is not None and held.hops and held.hops[0].get("kind") == "local" \
+                    and held.signature not in result.own:
+                entry.seen = (_bounded_hops(held.hops + [_container_hop(_name_of(entry.kind), _item_kind(obj))]),
+                              int(step))
+                entry.item_bytes = _item_bytes(obj)
+            else:
+                entry.seen = False  # no local reached it (a global's, a registry's): looked for once
+        objs = grown = None
 
     def _containers_of(self, census) -> list:
         """The census's containers: the built-in types (one pass in C, with
@@ -940,7 +987,23 @@ class LeakWatch:
         """Memory grows and no traced type explains it: name the containers
         that grew at every walk (``kept.append(bytes(...))``) as its holders."""
         key = f"{culprit.kind}:{culprit.name}"
-        if key in self._traced or not self._containers:
+        if key in self._traced or not (self._containers or self._gone):
+            return
+        if census.final and self._gone:
+            # Gone since: what the training function held, seen from its
+            # locals while it grew (see _seen_from_locals).
+            gone = sorted(self._gone, key=lambda e: -(e.history[-1][2] - e.history[0][2]) * e.item_bytes)[:3]
+            entries = [{"path": [referrers.hop_text(h) for h in e.seen[0]], "hops": e.seen[0], "sampled": 1,
+                        "instances": int(e.history[-1][2] - e.history[0][2]),
+                        "items_per_step": round(_items_rate(e), 4), "item_bytes": round(e.item_bytes, 1)}
+                       for e in gone]
+            self._traced[key] = (self._walks, 0)
+            detail = {"format": HELD_BY_FORMAT,
+                      "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
+                      "step": int(min(e.seen[1] for e in gone)), "live": None, "new": None,
+                      "new_since_step": None, "traced": len(entries), "found": len(entries), "seconds": 0.0,
+                      "complete": True, "containers": True, "held_by": entries}
+            self._write_trace(key, detail, step, wall_time, len(entries), write)
             return
         # Grown at the last walk, and seen growing: a container made since
         # the walk before shows a length, not a growth, until it grows again
@@ -1645,6 +1708,12 @@ def _per_step(entry) -> bool:
     (first_step, _w, first), (last_step, _w2, last) = history[0], history[-1]
     steps = last_step - first_step
     return steps > 0 and last - first >= WATCH.min_items_per_step * steps
+
+
+def _items_rate(entry) -> float:
+    """Items a step a followed container grew by over the walks that saw it."""
+    (first_step, _w, first), (last_step, _w2, last) = entry.history[0], entry.history[-1]
+    return (last - first) / max(last_step - first_step, 1)
 
 
 def _spread(items: list, count: int) -> list:
