@@ -993,10 +993,10 @@ class LeakWatch:
         if census.final and self._gone:
             # Gone since: what the training function held, seen from its
             # locals while it grew (see _seen_from_locals).
-            gone = sorted(self._gone, key=lambda e: -(e.history[-1][2] - e.history[0][2]) * e.item_bytes)[:3]
+            gone = sorted(self._gone, key=lambda e: -_items_grown(e)[0] * e.item_bytes)[:3]
             entries = [{"path": [referrers.hop_text(h) for h in e.seen[0]], "hops": e.seen[0], "sampled": 1,
-                        "instances": int(e.history[-1][2] - e.history[0][2]),
-                        "items_per_step": round(_items_rate(e), 4), "item_bytes": round(e.item_bytes, 1)}
+                        "instances": _items_grown(e)[0], "items_per_step": round(_items_grown(e)[1], 4),
+                        "item_bytes": round(e.item_bytes, 1)}
                        for e in gone]
             self._traced[key] = (self._walks, 0)
             detail = {"format": HELD_BY_FORMAT,
@@ -1711,10 +1711,13 @@ def _per_step(entry) -> bool:
     return steps > 0 and last - first >= WATCH.min_items_per_step * steps
 
 
-def _items_rate(entry) -> float:
-    """Items a step a followed container grew by over the walks that saw it."""
-    (first_step, _w, first), (last_step, _w2, last) = entry.history[0], entry.history[-1]
-    return (last - first) / max(last_step - first_step, 1)
+def _items_grown(entry) -> tuple[int, float]:
+    """Items a followed container grew by over the walks that saw it, and
+    per step (one made since the walk before it was first seen: from that
+    sighting, as in _per_step)."""
+    history = entry.history[1:] if entry.made and len(entry.history) > 2 else entry.history
+    (first_step, _w, first), (last_step, _w2, last) = history[0], history[-1]
+    return int(last - first), (last - first) / max(last_step - first_step, 1)
 
 
 def _spread(items: list, count: int) -> list:
