@@ -511,6 +511,43 @@ def test_reading_a_functions_locals_keeps_the_names_exec_stored():
     assert step_fn(21) == 42
 
 
+_KEEPS_LOCALS = {}
+
+
+def _train_keeping_its_locals(lr=0.1, epochs=2):
+    config = locals()  # the program's own snapshot of its hyper-parameters
+    import json
+    before = dict(config)
+    lists = [[] for _ in range(6)]
+    for step in range(600):
+        lists[step // 100].extend(range(16))  # bounded: one list grows in each period
+        _KEEPS_LOCALS["monitor"].sample(step)
+    assert sorted(config) == sorted(before), sorted(config)
+    return json.dumps(config)
+
+
+def test_a_clean_runs_frames_are_never_read_so_a_kept_locals_dict_is_unchanged(tmp_path):
+    """A training function keeps the dict ``locals()`` returned (its
+    hyper-parameters) and serialises it at the end. Reading its frame's
+    locals on CPython before 3.13 re-syncs that very dict: it gained the
+    function's later variables, itself among them, and ``json.dumps`` raised
+    in the program (a review's attack: containers that grew at three walks
+    were traced from roots that read the locals, in a clean run). A clean
+    run's frames are never read: heap walks every 50 steps, containers that
+    grow and stop."""
+    import json
+
+    from tb_leak_plugin import Monitor
+
+    _KEEPS_LOCALS["monitor"] = monitor = Monitor(str(tmp_path / "run"), overhead_budget=None,
+                                                 census_every_n_steps=50)
+    try:
+        assert json.loads(_train_keeping_its_locals()) == {"lr": 0.1, "epochs": 2}
+    finally:
+        monitor.close()
+        _KEEPS_LOCALS.clear()
+
+
 def test_a_local_array_is_named_for_growth_only_when_it_grew():
     """The arrays traced as a memory leak's holder are the locals that grew
     since the walk before and hold at least half the growth: a dataset loaded

@@ -163,6 +163,11 @@ def _clean(trace) -> dict | None:
         entries.append({"path": [_text(hop) for hop in path[:MAX_PATH_HOPS]], "instances": instances,
                         "sampled": _count(entry.get("sampled")),
                         "hops": clean_hops(entry.get("hops"), path[:MAX_PATH_HOPS])})
+        for field in ("items_per_step", "item_bytes"):  # a container's growth as the watch measured it
+            number = entry.get(field)
+            if isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number) \
+                    and number >= 0:
+                entries[-1][field] = float(number)
     out = {"format": HELD_BY_FORMAT, "culprit": {"kind": kind, "name": name}, "held_by": entries}
     for key in _INT_FIELDS:
         out[key] = _count(trace.get(key))

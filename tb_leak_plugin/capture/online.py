@@ -375,7 +375,7 @@ class LeakWatch:
             self._read_buffers(census, step)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
-            if self._walk_grown and not census.final:
+            if self._walk_grown and not census.final and census.local_hops is not None:
                 self._seen_from_locals(step, census)
             self._mark(step, census)
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
@@ -460,8 +460,9 @@ class LeakWatch:
             if report.verdict == "leak":
                 self._tell(report)
                 if not self._held_by and not self._walk_asked:
-                    # Confirmed from memory: one heap walk soon, to name the holder.
-                    self.wants_walk = self._walk_asked = True
+                    # Confirmed from memory: one heap walk soon, to name the
+                    # holder, reading the running functions' locals first.
+                    self.wants_walk = self._walk_asked = self.wants_locals = True
         except Exception as error:
             self._failed = True
             self._log(f"leak tracing failed ({type(error).__name__}: {error}); it is switched off for this run")
@@ -557,8 +558,8 @@ class LeakWatch:
                 if entry.reported and entry.subject:
                     extra.append((entry.info, 0.0))
                 elif entry.seen and entry.grew >= 1 + entry.made and _per_step(entry) \
-                        and len(self._gone) < WATCH.max_containers:
-                    self._gone.append(entry)
+                        and not _listed(every, key):
+                    self._keep_gone(entry)
                 del self._containers[key]
                 continue
             length = int(lens[index])
@@ -633,10 +634,31 @@ class LeakWatch:
         containers = None
         return extra
 
+    def _locals_for(self, census):
+        """The running functions' locals a trace at this walk may start from:
+        those the walk read before it listed the objects; else, in a run
+        that leaked, read now (None); else none. A clean run's frames are
+        never read: on CPython before 3.13, reading them re-syncs a frame's
+        snapshot the program keeps (``config = locals()`` gained the
+        function's later variables, itself among them, and ``json.dumps``
+        raised in the program)."""
+        if census.local_hops is not None:
+            return census.local_hops
+        return None if self._leaked() else []
+
+    def _keep_gone(self, entry) -> None:
+        """Keep a container gone since the last walk (no container has its
+        address: not one emptied or shortened), its class let go; the
+        WATCH.max_containers that grew the most bytes are kept."""
+        entry.kind = None
+        self._gone.append(entry)
+        if len(self._gone) > WATCH.max_containers:
+            self._gone.remove(min(self._gone, key=lambda e: _items_grown(e)[0] * e.item_bytes))
+
     def _seen_from_locals(self, step, census) -> None:
         """The followed containers that grew at this walk, looked for down
-        from the running functions' locals only (no pass of the heap: a few
-        milliseconds, within WATCH.seen_trace_s). A container a training
+        from the running functions' locals this walk read (no pass of the
+        heap: a few milliseconds, within WATCH.seen_trace_s). A container a training
         function holds (``consumer._times``, a list of floats no census
         counts) is gone at the last walk, after the function returned, and
         the walks of a short run before it have no budget left for a trace
@@ -645,6 +667,11 @@ class LeakWatch:
         is that holder, as seen while it grew (see _trace_containers_for)."""
         grown = self._walk_grown[:WATCH.followed_containers]
         objs = [obj for _entry, obj in grown]
+        # Only the locals this walk read before it listed the objects (a run
+        # that leaks with no holder named, see wants_locals): read now, with
+        # every object listed, a frame's snapshot the program keeps (``config
+        # = locals()``) would be re-synced under it, and one it once made
+        # (``exec``) would keep a local the function let go of.
         result = referrers.trace(objs, time_cap_s=WATCH.seen_trace_s * self.contention, max_depth=0,
                                  exclude=_census_lists(census) + [objs, grown, self._walk_grown],
                                  local_hops=census.local_hops, containers=True)
@@ -695,7 +722,7 @@ class LeakWatch:
             objs = [obj for _key, _entry, obj in chosen]
             result = referrers.trace(objs, **self._trace_limits(),
                                      exclude=_census_lists(census) + [pending, chosen] + pending + chosen,
-                                     local_hops=census.local_hops, containers=True)
+                                     local_hops=self._locals_for(census), containers=True)
             objs = None
             self.trace_seconds += result.seconds
             by_signature = {h.signature: h for h in result.held_by}
@@ -990,9 +1017,10 @@ class LeakWatch:
         key = f"{culprit.kind}:{culprit.name}"
         if key in self._traced or not (self._containers or self._gone):
             return
-        if census.final and self._gone:
-            # Gone since: what the training function held, seen from its
-            # locals while it grew (see _seen_from_locals).
+        if census.final and self._gone and not any(e.grew >= 1 + e.made and _per_step(e)
+                                                     for e in self._containers.values()):
+            # Gone since, and none alive grows: what the training function
+            # held, seen from its locals while it grew (see _seen_from_locals).
             gone = sorted(self._gone, key=lambda e: -_items_grown(e)[0] * e.item_bytes)[:3]
             entries = [{"path": [referrers.hop_text(h) for h in e.seen[0]], "hops": e.seen[0], "sampled": 1,
                         "instances": _items_grown(e)[0], "items_per_step": round(_items_grown(e)[1], 4),
@@ -1709,6 +1737,12 @@ def _per_step(entry) -> bool:
     (first_step, _w, first), (last_step, _w2, last) = history[0], history[-1]
     steps = last_step - first_step
     return steps > 0 and last - first >= WATCH.min_items_per_step * steps
+
+
+def _listed(sorted_ids: np.ndarray, key: int) -> bool:
+    """Whether ``key`` is among ``sorted_ids``."""
+    at = int(np.searchsorted(sorted_ids, key))
+    return at < sorted_ids.size and int(sorted_ids[at]) == key
 
 
 def _items_grown(entry) -> tuple[int, float]:
