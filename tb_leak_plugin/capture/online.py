@@ -252,9 +252,8 @@ class LeakWatch:
         self.wants_walk = False
         self._walk_asked = False
         #: The run leaks and no holder is named yet: the next walks read the
-        #: running functions' locals (see _growth_holding_arrays). Otherwise
-        #: a walk reads them only to look for a followed container that grew
-        #: (see _seen_from_locals).
+        #: running functions' locals (see _growth_holding_arrays). A clean
+        #: run's frames are never read (see _locals_for).
         self.wants_locals = False
         # key -> bytes of the buffers in those locals and in the program's
         # objects (see _buffers) at the walk before, and at this one; and this
