@@ -461,3 +461,26 @@ def test_classes_made_per_step_are_not_held_by_their_own_descriptors():
     assert paths and not any("__weakref__" in p or "__dict__" in p or "namespace of class" in p
                              for p in paths), paths
     assert any("local `keep`" in p and "Box.made" in p for p in paths), paths
+
+
+def test_a_metaclass_module_property_never_runs_when_a_trace_picks_what_leaks():
+    """The classes a trace leaves alone (``referrers._leaking_kinds``) are
+    told from type's own ``__module__`` slot: a metaclass's property of that
+    name is the program's code (a review made it sleep half a second inside
+    ``sample()``), and it never runs."""
+    from tb_leak_plugin.capture import referrers
+
+    ran = []
+
+    class Meta(type):
+        @property
+        def __module__(cls):
+            ran.append(cls)
+            return "program"
+
+    class Item(metaclass=Meta):
+        pass
+
+    kinds = referrers._leaking_kinds([[Item(), Item()]], containers=True)
+    assert id(Item) in kinds and not ran
+    assert referrers._leaking_kinds([[1, "x", 2.0]], containers=True) == set()

@@ -1080,7 +1080,9 @@ def _leaking_kinds(targets, containers: bool = False) -> set:
     for target in targets:
         for obj in (_last_items(target) if containers else [target]):
             kind = type(obj)
-            if getattr(kind, "__module__", None) != "builtins":
+            # From type's own slot: a metaclass's ``__module__`` property is
+            # the program's code, never run inside a sample.
+            if _plain(_type_attr(kind, "__module__")) != "builtins":
                 kinds.add(id(kind))
     return kinds
 
