@@ -389,6 +389,12 @@ def _items_per_step(entry: dict, step) -> float | None:
     return added / step if isinstance(added, int) and isinstance(step, int) and step > 0 else None
 
 
+# The bytes a container spends on each item beyond the item itself: one
+# pointer (a list's slot; a dict's entry is more, so this errs towards not
+# naming the container).
+_SLOT_BYTES = 8.0
+
+
 def _holds_the_growth(entry: dict, culprit, step) -> bool:
     """Whether a container of numbers holds at least ``Policy.held_share``
     of its memory series' growth, counted in that series' unit: a number is
@@ -405,7 +411,7 @@ def _holds_the_growth(entry: dict, culprit, step) -> bool:
     if culprit.unit == "blocks":
         held = rate
     elif culprit.unit == "bytes" and size is not None:
-        held = rate * (size + 8.0)
+        held = rate * (size + _SLOT_BYTES)
     else:
         return False
     return held >= POLICY.held_share * growth

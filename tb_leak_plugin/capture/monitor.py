@@ -261,6 +261,14 @@ class _Unit:
         self.due_train_s = max(paid, spaced)
 
 
+# When a group is next due is found to a millisecond of training time or a
+# part in 10^5 of it: a schedule needs no more, and the search runs at every
+# sample a group takes (60 halvings were a third of the cheap counters' cost
+# a point).
+_DUE_ABS_S = 1e-3
+_DUE_REL = 1e-5
+
+
 def _release_share(release, t: float) -> float:
     """The share of the allowance released after ``t`` seconds of the loop."""
     return sum(w * t / (t + h) for w, h in release) if t > 0 else 0.0
@@ -280,10 +288,7 @@ def _train_time_paying(share, budget, allowance_s, need_s, release=ALLOWANCE_REL
     lo, hi = 0.0, 1.0
     while budget * hi + min(allowance_s * _release_share(release, hi), cap) < need:
         hi *= 2.0
-    # To a millisecond of training time or a part in 10^5 of it: a schedule
-    # needs no more, and the search runs at every sample a group takes (60
-    # halvings were a third of the cheap counters' cost a point).
-    while hi - lo > max(1e-3, 1e-5 * hi):
+    while hi - lo > max(_DUE_ABS_S, _DUE_REL * hi):
         mid = 0.5 * (lo + hi)
         if budget * mid + min(allowance_s * _release_share(release, mid), cap) < need:
             lo = mid
