@@ -1,10 +1,6 @@
-"""Statistics the trend test needs: regression, noise scale, Student-t.
-
-Least squares whose slope variance is widened for autocorrelated residuals
-(`regress`), robust noise estimates, and the Student-t distribution.
-
-Pure numpy: no I/O, no TensorFlow, no state. scipy is not needed: the Student-t
-functions at the bottom are implemented here.
+"""What the series model needs: least squares widened for autocorrelated
+residuals, robust noise scales, and Student's t (scipy is not a dependency).
+Pure numpy, no state.
 """
 
 from __future__ import annotations
@@ -25,32 +21,18 @@ _NORMAL = NormalDist()
 
 @dataclasses.dataclass
 class Regression:
-    """Least squares with the slope's variance widened for AR(1) residuals."""
-
     beta: np.ndarray
-    se: np.ndarray        # per coefficient, autocorrelation-aware
+    se: np.ndarray        # per coefficient, widened for autocorrelation
     df: float             # effective degrees of freedom
     resid: np.ndarray
-    sigma2: float
-    inflation: float      # (1 + rho) / (1 - rho)
-
-    def p_positive(self, j=1):
-        """One-sided p-value that coefficient j is > 0."""
-        b, se = float(self.beta[j]), float(self.se[j])
-        if not se > 0 or not math.isfinite(se):
-            return 0.0 if b > 0 and se == 0 else 1.0
-        return t_sf(b / se, self.df)
 
 
 def regress(x_cols, y, min_inflation=1.0, inflation=None):
-    """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd.
-
-    ``min_inflation``: the variance inflation known from elsewhere (the same
-    noise process around the other segments of the series); the residuals'
-    own estimate is used where larger. ``inflation``:
-    use this inflation instead of estimating it from the residuals."""
-    # Columns centred (and the intercept restored after): steps far from
-    # zero (a run resumed at step 10**12) must not swamp the intercept.
+    """OLS of y on an intercept and ``x_cols``, winsorized once at 3 robust sd
+    (a GC pause must not drive the slope); the variance widened by the
+    residuals' autocorrelation, or by ``min_inflation`` where that is larger
+    (the same noise around other segments), or by ``inflation`` if given."""
+    # Centred columns: steps far from zero (a resumed run) must not swamp the intercept.
     cols = [np.asarray(c, dtype=np.float64) for c in x_cols]
     means = [float(c.mean()) for c in cols]
     design = np.column_stack([np.ones(y.size)] + [c - m for c, m in zip(cols, means)])
@@ -59,7 +41,6 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
     resid = y - design @ beta
     s = robust_sd(resid)
     if s > 0:
-        # Spikes (a GC pause, a logging hiccup) must not drive the slope.
         fit = design @ beta
         y = np.clip(y, fit - 3 * s, fit + 3 * s)
         beta = np.linalg.lstsq(design, y, rcond=None)[0]
@@ -71,39 +52,24 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
     if inflation is None:
         inflation = 1.0 if exact else max(variance_inflation(resid), float(min_inflation))
     try:
-        cov = np.linalg.inv(design.T @ design)
-        se = np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2 * inflation)
+        se = np.sqrt(np.maximum(np.diag(np.linalg.inv(design.T @ design)), 0.0) * sigma2 * inflation)
     except np.linalg.LinAlgError:
         se = np.full(k, math.inf)
-    # Back to the caller's columns: the intercept at zero, its error through the slopes.
     beta = beta.copy()
-    shift = np.array([0.0] + means)
-    beta[0] -= float(beta[1:] @ shift[1:])
-    if k > 1 and np.all(np.isfinite(se)):
-        try:
-            vec = np.r_[1.0, -shift[1:]]
-            se = se.copy()
-            se[0] = math.sqrt(max(float(vec @ cov @ vec) * sigma2 * inflation, 0.0))
-        except (NameError, ValueError):
-            pass
+    beta[0] -= float(beta[1:] @ np.array(means))  # the intercept at the caller's zero
     # At least two degrees of freedom: a t with one (a Cauchy) makes any slope
     # insignificant, however many standard errors above zero it lies.
-    return Regression(beta, se, max(min(2.0, float(dof)), dof / inflation), resid, sigma2, inflation)
-
+    return Regression(beta, se, max(min(2.0, float(dof)), dof / inflation), resid)
 
 
 # --------------------------------------------------------------------------- noise
 
 
 def variance_inflation(resid):
-    """How much autocorrelation inflates the variance of a fitted trend (>= 1).
-
-    The larger of two estimates of the integrated autocorrelation time:
-    (1 + rho) / (1 - rho) from the lag-1 autocorrelation (AR(1)), and Geyer's
-    initial positive sequence over all lags. The second catches persistent
-    noise hidden under white jitter (a slowly wandering allocator level plus
-    per-sample noise), whose lag-1 correlation looks modest.
-    """
+    """How much autocorrelation inflates a fitted trend's variance (>= 1): the
+    larger of (1 + rho) / (1 - rho) from the lag-1 autocorrelation and Geyer's
+    initial positive sequence over all lags, which catches persistent noise
+    under white jitter (an allocator level wandering), whose lag-1 looks modest."""
     rho = ar1(resid)
     inflation = (1 + rho) / (1 - rho)
     m = resid.size
@@ -124,24 +90,22 @@ def variance_inflation(resid):
 
 
 def ar1(resid):
-    """Lag-1 autocorrelation of residuals, bias-corrected, in [0, 0.995]."""
+    """Lag-1 autocorrelation of residuals, bias-corrected (Kendall: fitted
+    residuals understate it by about (1 + 3 rho) / m) and raised by one standard
+    error (too little makes every interval too narrow), in [0, 0.995]."""
     m = resid.size
     denom = float(resid @ resid)
     if m < 4 or denom <= 0:
         return 0.0
     r1 = float(resid[1:] @ resid[:-1]) / denom
     if m >= 12:
-        # Fitted residuals understate autocorrelation by about (1 + 3*rho)/m (Kendall).
         r1 += (1 + 3 * max(r1, 0.0)) / m
-    # One standard error more: on short series the estimate is poor, and too
-    # little autocorrelation makes every interval too narrow, both ways.
     r1 += math.sqrt(max(1.0 - r1 * r1, 0.0) / m)
     return min(max(r1, 0.0), 0.995)
 
 
 def median(x) -> float:
-    """``float(np.median(x))`` of a 1-D array, without numpy's per-call cost
-    on the short arrays the analysis mostly has (NaN if any value is NaN)."""
+    """``float(np.median(x))``, without numpy's per-call cost on short arrays."""
     x = np.asarray(x)
     n = x.size
     if n == 0 or n > 64 or x.ndim != 1:
@@ -154,26 +118,19 @@ def median(x) -> float:
 
 
 def robust_sd(x):
-    if x.size == 0:
-        return 0.0
-    return MAD_TO_SD * median(np.abs(x - median(x)))
+    return MAD_TO_SD * median(np.abs(x - median(x))) if x.size else 0.0
 
 
 def diff_noise(y):
-    """Robust sd of sample-to-sample changes / sqrt(2): the noise of white jitter.
-
-    Blind to slow wander, but also to ramps and resets, which is what a
-    sawtooth's noise estimate needs. Uses at most ~100,000 pairs.
-    """
+    """Robust sd of sample-to-sample changes / sqrt(2): white jitter's noise,
+    blind to wander, ramps and resets (~100,000 pairs at most)."""
     stride = max(1, y.size // 100_000)
     first = y[0:y.size - 1:stride]
     d = y[1::stride][: first.size] - first
     return robust_sd(d) / math.sqrt(2.0)
 
 
-
-# --------------------------------------------------------------------------- t distribution
-# scipy is not a dependency; these are accurate to ~1e-10, far beyond what a verdict needs.
+# --------------------------------------------------------------------------- t distribution (to ~1e-10)
 
 
 def t_sf(t, df):
@@ -192,22 +149,16 @@ def t_cdf(t, df):
     return 1.0 - t_sf(t, df)
 
 
-def t_ppf(q, df):
-    """Quantile of Student's t: Cornish-Fisher start, then safeguarded Newton
-    steps (remembered: the analysis asks for a few levels at the same df)."""
-    return _t_ppf(float(q), float(df))
-
-
 @functools.lru_cache(maxsize=4096)
-def _t_ppf(q, df):
+def t_ppf(q, df):
+    """Quantile of Student's t: Cornish-Fisher, then safeguarded Newton steps."""
     z = _NORMAL.inv_cdf(q)
     if df > 1e5:
         return z
     if q < 0.5:
-        return -_t_ppf(1.0 - q, df)
+        return -t_ppf(1.0 - q, df)
     if q == 0.5:
         return 0.0
-    # Bracket [lo, hi] keeps Newton from running away on heavy tails (small df).
     lo, hi = 0.0, 1.0
     while t_cdf(hi, df) < q and hi < 1e12:
         hi *= 4.0
@@ -216,10 +167,7 @@ def _t_ppf(q, df):
     logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
     for _ in range(60):
         err = t_cdf(x, df) - q
-        if err > 0:
-            hi = x
-        else:
-            lo = x
+        lo, hi = (lo, x) if err > 0 else (x, hi)
         pdf = math.exp(logc - (df + 1) / 2 * math.log1p(x * x / df))
         nxt = x - err / pdf if pdf > 0 else (lo + hi) / 2
         if not lo < nxt < hi:
