@@ -735,6 +735,37 @@ def test_tensors_seen_at_four_walks_and_let_go_at_close_are_named_in_a_leaking_r
     assert not any(c.name == "leak/tensors/eager_count" for c in clean.culprits)
 
 
+def test_object_types_seen_at_three_walks_are_named_where_they_grew_with_the_runs_leak():
+    """A short run's census: the baseline, one walk, and the one at close
+    (counts of an opened held-out loop: a watcher's Event, Condition and
+    deque made per queue get, 0, 2,621 and 14,001 at steps 0, 2,619 and
+    13,999). Three walks are too few to judge a type (Policy.min_samples),
+    and before they named nothing: only memory, "too short". In a run whose
+    memory leaks, a type that grew through all three, shown at
+    Policy.alpha_shown, is named as growing with it, short of a leak on its
+    own. A warm-up's step (a table filled before the second walk, flat
+    since) is not named; in a run whose memory does not leak, nothing is."""
+    rng = np.random.default_rng(9)
+    dense = np.arange(0, 14000, 20)
+    walks = np.array([0, 2619, 13999])
+    events = _object_counts(walks, [0, 2621, 14001], name="threading.Event")
+    filled = _object_counts(walks, [120, 40120, 40122], name="builtins.dict")
+    leaking = _series("python", "allocated_blocks", "blocks", dense,
+                      2e6 + 14.0 * dense + rng.normal(0, 40.0, dense.size))
+    report = build_run_report(_run(leaking, events, filled, _available(dense)))
+    assert report.verdict == "leak", report.reason
+    top = report.culprits[0]
+    assert top.name == "threading.Event", [c.name for c in report.culprits]
+    assert "grew with the run's leak" in top.evidence and "short of a leak on its own" in top.evidence
+    assert "3 of 3 samples" in top.evidence, top.evidence
+    assert "builtins.dict" not in [c.name for c in report.culprits]
+    assert "census_too_short" not in [c.hint for c in report.culprits]
+    flat = _series("python", "allocated_blocks", "blocks", dense, 2e6 + rng.normal(0, 40.0, dense.size))
+    clean = build_run_report(_run(flat, events, filled, _available(dense)))
+    assert clean.verdict != "leak", clean.reason
+    assert not any(c.kind == "object_type" for c in clean.culprits), clean.culprits
+
+
 def test_python_blocks_are_cyclic_garbage_only_where_live_objects_do_not_grow():
     """Python's blocks grow 22 a step between heap walks while no object
     type's series shows growth at six walks (a dispatcher's keep-alive list

@@ -460,7 +460,7 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     # certified flat it is told, not called a leak (see _run_verdict).
     culprits += [c for c in containers if not str(c.name).endswith(_ATOMIC_ITEMS)]
     containers = [c for c in containers if str(c.name).endswith(_ATOMIC_ITEMS)]
-    let_go = _let_go_at_close(by_role, run)
+    let_go = _grew_with_the_leak(by_role, run)
     traces_dict = None
     if trace_report is not None:
         culprits += _op_culprits(trace_report)
@@ -477,8 +477,9 @@ def build_run_report(run: RunData, trace_report=None) -> RunReport:
     if earlier and verdict != "leak":
         reason += " " + _told_earlier(earlier[0])
     retained = holders.retained_containers(culprits) if verdict == "leak" else []
-    if retained:
-        # What grows is named by what the containers retain, not "too short".
+    if retained or (verdict == "leak" and let_go):
+        # What grows is named (what the containers retain, what the few
+        # walks saw grow with the leak), not "too short".
         for culprit in culprits:
             if culprit.hint == "census_too_short":
                 culprit.hint = None
@@ -863,37 +864,42 @@ def _holding_the_growth(by_role, named) -> list[Culprit]:
     return out
 
 
-def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
-    """Live tensors, object types and traced containers that grew at every
-    heap walk and fell back at the last, where the walks before it ended too
-    far from close() to leave the fall out (POLICY.release_gap_share: on a
-    loaded machine the walks a budget pays for come early). Such a series
-    cannot show that it grew all run; in a run that leaks by other evidence
-    (memory sampled all along) it names what grew while it was seen, the
-    loop's data that the program let go of when the loop returned (a
-    container held by the training function's locals reads empty once it
-    returned). Added only to a leaking run, as growing containers are."""
+def _grew_with_the_leak(by_role, run: RunData) -> list[Culprit]:
+    """Live tensors, object types and traced containers that a few heap walks
+    saw grow, in a run that leaks by other evidence (memory, sampled all
+    along): naming them is attribution, not detection, so their growth needs
+    only to be shown at POLICY.alpha_shown (four or five heap walks cannot
+    reach alpha_leak on two degrees of freedom however exact they are). Two
+    cases of too few walks to judge a series on its own:
+    - it fell back at the last walk, which the walks before it ended too far
+      from to leave the fall out (POLICY.release_gap_share: on a loaded
+      machine the walks a budget pays for come early): the loop's data let go
+      when it returned (a container a training function's local held reads
+      empty then); what grew before the release is read;
+    - it was seen at three walks only (a short run's baseline, one more, and
+      the one at close; POLICY.min_samples is four): a line with one residual
+      degree of freedom, on which exact counts of a steady leak pass
+      (t > 318) and a warm-up's step does not.
+    Added only to a leaking run, as growing containers are."""
     revised = {ROLE_TENSORS: [], ROLE_OBJECTS: [], ROLE_CONTAINERS: []}
+    few = POLICY.min_samples - 1
     for role, reports in revised.items():
         for report in by_role.get(role, []):
             series = run.series.get(report.tag)
             # With the counts seen before it was named, as its verdict was reached.
             series = _with_earlier_points(series) if series is not None else None
-            if report.trend is None or report.verdict == "leak" or series is None \
-                    or len(series) < POLICY.min_samples or not falls_back_at_end(series.steps, series.values):
+            if report.trend is None or report.verdict == "leak" or series is None:
                 continue
-            # Three walks before the release (a short run's census: the
-            # baseline and two) are a line with one residual degree of
-            # freedom: attribution only (below), where exact counts of a
-            # steady leak pass alpha_shown (t > 318) and a warm-up's step
-            # does not.
-            before = _grew_before_release(series)
-            if before.verdict != "leak":
-                # The run leaks by memory sampled all along; which of the
-                # series seen at a few walks grew with it is attribution, not
-                # detection: its growth shown at POLICY.alpha_shown (four or
-                # five heap walks cannot reach alpha_leak on two degrees of
-                # freedom however exact they are) names it.
+            released = len(series) >= POLICY.min_samples and falls_back_at_end(series.steps, series.values)
+            if released:
+                before = _grew_before_release(series)
+            elif len(series) == few:
+                before = assess_series(series.steps, series.values, series.wall_times, unit=series.info.unit,
+                                       min_samples=few)
+            else:
+                continue
+            if before.verdict != "leak" or not released:
+                # Three walks are never a leak on their own, however exact.
                 if not _grew(before):
                     continue
                 evidence = _evidence_only(before)
@@ -901,9 +907,11 @@ def _let_go_at_close(by_role, run: RunData) -> list[Culprit]:
                     before, verdict="leak", confidence=clip01(1.0 - before.p_value),
                     reason=(f"grew with the run's leak: {evidence}; shown at p < {POLICY.alpha_shown:g}, "
                             f"short of a leak on its own"))
-            reason = (f"{before.reason}; then let go at the last walk (step {int(series.steps[-1])}), "
-                      f"long after the walk before it (step {int(series.steps[-2])})")
-            reports.append(dataclasses.replace(report, trend=dataclasses.replace(before, reason=reason)))
+            if released:
+                before = dataclasses.replace(before, reason=(
+                    f"{before.reason}; then let go at the last walk (step {int(series.steps[-1])}), "
+                    f"long after the walk before it (step {int(series.steps[-2])})"))
+            reports.append(dataclasses.replace(report, trend=before))
     return (census.object_culprits(revised[ROLE_OBJECTS]) + _tensor_culprits(revised[ROLE_TENSORS])
             + _container_culprits(revised[ROLE_CONTAINERS], run, "a container grew at every heap walk"))
 
