@@ -803,3 +803,19 @@ def test_a_list_of_losses_a_returned_function_held_is_not_the_holder_of_the_memo
     report = watch.last_report
     assert report.verdict == "leak", report.reason
     assert not [c for c in report.culprits if c.kind == "container"], [c.name for c in report.culprits]
+
+
+def test_an_object_a_container_holds_many_times_counts_once_in_its_items_bytes():
+    """What a container's new items cost decides whether it can hold a
+    memory growth (Policy.held_share) and which container is traced first.
+    A list that appends the same 1 MiB string every step keeps one string,
+    not one a step: among the items sampled it counts once, where eight
+    distinct strings of that size count eight times."""
+    from tb_leak_plugin.capture.online import _item_bytes
+
+    big = "x" * (1 << 20)
+    same = [big] * 100
+    distinct = ["%d" % i + "x" * (1 << 20) for i in range(8)]
+    assert _item_bytes(distinct) > (1 << 20)
+    assert _item_bytes(same) < (1 << 20) / 4
+    assert _item_bytes({i: big for i in range(50)}) < (1 << 20) / 4

@@ -1683,10 +1683,13 @@ def _not_marked(instances: list, marked: np.ndarray, share: int = 1) -> list:
 
 
 def _item_bytes(container) -> float:
-    """Mean size of the last (up to 8) items of a container, in bytes."""
+    """Mean size of the last (up to 8) items of a container, in bytes; an
+    object among them more than once counts once (a list that appends the
+    same large string each step keeps one string, not one a step)."""
     try:
         items = _last_items(container, 8)
-        return sum(map(_size_of, items)) / max(len(items), 1)
+        distinct = {id(item): item for item in items}
+        return sum(map(_size_of, distinct.values())) / max(len(items), 1)
     except Exception:
         return 0.0
 
