@@ -274,6 +274,7 @@ class LeakWatch:
         self._rise_streak = 0         # walks in a row at which a census count rose
         self._baseline = None         # sorted keys (see _object_keys) of the objects at WATCH.baseline_walk
         self._baseline_step = 0
+        self._baseline_room = None    # the block the baseline's keys go into (WATCH.baseline_room)
         self._fresh = None            # the objects made since the baseline, during one walk
         self._early_analyses = 0
         self._ignored: set[int] = set()
@@ -379,8 +380,11 @@ class LeakWatch:
             self._mark(step, census)
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
             self._fresh = None
-            if self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
-                self._baseline = np.sort(_object_keys(census.objects))
+            if self._walks < WATCH.baseline_walk and self._baseline_room is None:
+                self._baseline_room = _reserve(min(len(census.objects), WATCH.max_baseline_objects))
+            elif self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
+                self._baseline = _into(self._baseline_room, np.sort(_object_keys(census.objects)))
+                self._baseline_room = None
                 self._baseline_step = step
             if extra:
                 write(step, extra, wall_time)
@@ -1649,6 +1653,22 @@ def _object_keys(objects) -> np.ndarray:
     ids = np.fromiter(map(id, objects), np.int64, count).view(np.uint64)
     kinds = np.fromiter(map(id, map(type, objects)), np.int64, count).view(np.uint64)
     return (ids ^ (kinds * _HASH)).view(np.int64)
+
+
+def _reserve(objects: int) -> np.ndarray:
+    """A block for the keys of ``WATCH.baseline_room`` times ``objects``,
+    every page touched: the process's memory holds it from now on."""
+    room = np.empty(int(objects * WATCH.baseline_room) + 1, np.int64)
+    room.fill(0)
+    return room
+
+
+def _into(room, keys: np.ndarray) -> np.ndarray:
+    """``keys`` in the reserved block where they fit (a view of it), else as they are."""
+    if room is None or keys.size > room.size:
+        return keys
+    room[:keys.size] = keys
+    return room[:keys.size]
 
 
 def _not_in_baseline(instances: list, baseline: np.ndarray) -> list:
