@@ -249,13 +249,16 @@ class WatchPolicy:
     max_baseline_objects: int = 1_500_000
     max_fresh: int = 300_000
     baseline_walk: int = 2
-    # Those ids go into a block reserved (and touched) at the first walk, this
-    # many times the objects it counted: kept from the second walk on, 8 bytes
-    # an object would be a step in the program's memory series there, mid-run
-    # in a short run (2.7 MiB on a TensorFlow heap: a leak's last segment read
-    # besides that shift, s200 opened, stayed undecided), where the first walk
-    # is the run's start. Past it, only the excess is new.
-    baseline_room: float = 1.5
+    # What the watch keeps from a walk to the next (those ids; the heap's
+    # containers' ids and lengths, in two blocks used in turn, the last walk's
+    # read while this walk's are written) goes into blocks reserved (and
+    # touched) at the first walk, the run's start, this many times what it
+    # counted. Allocated at the second walk, they were a step in the program's
+    # memory series there, mid-run in a short run: 2.6 MiB of the C heap's and
+    # 4-17 MiB of resident memory at the second walk of every opened fixed twin
+    # (its pages kept), where a leak's last segment read besides that shift
+    # stayed undecided (s200). Past the room, only the excess is new.
+    kept_room: float = 1.5
     # Instances traced per culprit, the time cap of one trace, and of all traces of one walk.
     trace_sample: int = 32
     trace_cap_s: float = 0.25

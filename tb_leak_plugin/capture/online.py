@@ -274,7 +274,9 @@ class LeakWatch:
         self._rise_streak = 0         # walks in a row at which a census count rose
         self._baseline = None         # sorted keys (see _object_keys) of the objects at WATCH.baseline_walk
         self._baseline_step = 0
-        self._baseline_room = None    # the block the baseline's keys go into (WATCH.baseline_room)
+        self._baseline_room = None    # the block the baseline's keys go into (WATCH.kept_room)
+        self._kept_all = _TwoBlocks()   # every container's id at the last walk, in turn (WATCH.kept_room)
+        self._kept_big = _TwoBlocks()   # ... the long ones' ids and lengths
         self._fresh = None            # the objects made since the baseline, during one walk
         self._early_analyses = 0
         self._ignored: set[int] = set()
@@ -372,6 +374,12 @@ class LeakWatch:
         self.wants_walk = False
         try:
             self._walks += 1
+            if self._walks < WATCH.baseline_walk and self._baseline_room is None:
+                # Before this walk's own peak, which later walks reach with these held.
+                self._baseline_room = _reserve(min(len(census.objects), WATCH.max_baseline_objects))
+                counts = census.by_type()
+                self._kept_all.reserve(sum(counts.get(kind, 0) for kind in _CONTAINER_SET))
+                counts = None
             self._read_buffers(census, step)
             pending: list = []
             extra = self._follow_containers(step, wall_time, census, pending)
@@ -380,10 +388,8 @@ class LeakWatch:
             self._mark(step, census)
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
             self._fresh = None
-            if self._walks < WATCH.baseline_walk and self._baseline_room is None:
-                self._baseline_room = _reserve(min(len(census.objects), WATCH.max_baseline_objects))
-            elif self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
-                self._baseline = _into(self._baseline_room, np.sort(_object_keys(census.objects)))
+            if self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
+                self._baseline = _sorted_keys(census.objects, self._baseline_room)
                 self._baseline_room = None
                 self._baseline_step = step
             if extra:
@@ -539,8 +545,10 @@ class LeakWatch:
         all_ids = np.fromiter(map(id, containers), np.int64, n)
         all_lens = np.fromiter(map(_length, containers), np.int64, n)
         if namespaces:
-            all_lens[np.isin(all_ids, np.fromiter(namespaces, np.int64, len(namespaces)))] = 0
+            # (np.isin sorts both arrays together: temporaries of the heap's size.)
+            all_lens[~_absent(np.sort(np.fromiter(namespaces, np.int64, len(namespaces))), all_ids)] = 0
         big = np.flatnonzero(all_lens >= WATCH.min_container_length)
+        self._kept_big.reserve(2 * big.size)
         every = np.sort(all_ids)
         order = np.argsort(all_ids[big], kind="stable")
         big = big[order]
@@ -588,14 +596,18 @@ class LeakWatch:
         # New candidates: grown the most since the last walk (a container new
         # since then, or too short to be listed, counts from empty).
         if self._container_ids is not None and len(self._containers) < WATCH.followed_containers:
+            # (Each array here is of the heap's containers: as few at once as
+            # can be, the walks' peak of memory is the process's from then on.)
             prev_ids, prev_lens = self._container_ids, self._container_lengths
-            # Made since the last walk: no container had its address then.
-            unseen = _absent(self._container_all, ids) if self._container_all is not None \
-                else np.zeros(ids.size, bool)
-            at = np.searchsorted(prev_ids, ids)
-            at[at >= prev_ids.size] = 0
-            known = prev_ids[at] == ids if prev_ids.size else np.zeros(ids.size, bool)
-            before = np.where(known, prev_lens[at] if prev_ids.size else 0, 0)
+            if prev_ids.size:
+                at = np.searchsorted(prev_ids, ids)
+                at[at >= prev_ids.size] = 0
+                known = prev_ids[at] == ids
+                before = prev_lens[at]
+                at = None
+                before[~known] = 0
+            else:
+                known, before = np.zeros(ids.size, bool), np.zeros(ids.size, np.int64)
             gain = lens - before
             room = WATCH.followed_containers - len(self._containers)
             # Half the room goes to those that were there at the last walk
@@ -605,8 +617,8 @@ class LeakWatch:
             # would crowd out the dict they are kept in, which grows by one a
             # step; but a list made since (a callback's, at the start of
             # fit) may be the leak.
-            by_gain = np.argsort(-gain, kind="stable")
-            by_gain = by_gain[gain[by_gain] > 0]
+            by_gain = np.flatnonzero(gain > 0)
+            by_gain = by_gain[np.argsort(-gain[by_gain], kind="stable")]
             grown, made = by_gain[known[by_gain]], by_gain[~known[by_gain]]
             half = room // 2
             order = np.concatenate((grown[: room - half], made[:half], grown[room - half: room + 16],
@@ -624,7 +636,9 @@ class LeakWatch:
                     # (Checked at each walk, not remembered by address: a
                     # deque made later may reuse it.)
                     continue
-                entry = _Container(type(containers[big[index]]), made=bool(unseen[index]))
+                # Made since the last walk: no container had its address then.
+                unseen = self._container_all is not None and bool(_absent(self._container_all, ids[index:index + 1])[0])
+                entry = _Container(type(containers[big[index]]), made=unseen)
                 entry.history = [(self._last_step, self._last_wall, int(before[index])),
                                  (step, wall_time, int(lens[index]))]
                 entry.grew = 1
@@ -632,7 +646,10 @@ class LeakWatch:
                 room -= 1
                 if not entry.made and _per_step(entry):
                     self._walk_grown.append((entry, containers[big[index]]))
-        self._container_ids, self._container_lengths, self._container_all = ids, lens, every
+        turn = self._walks % 2
+        self._container_ids, self._container_lengths = self._kept_big.keep(turn, ids, lens)
+        self._container_all, = self._kept_all.keep(turn, every)
+        ids = lens = every = None
         self._last_step, self._last_wall = step, wall_time
         containers = None
         return extra
@@ -958,7 +975,7 @@ class LeakWatch:
         if self._fresh is None:
             started = time.perf_counter()
             objects = census.objects
-            new = np.flatnonzero(_absent(self._baseline, _object_keys(objects)))
+            new = _not_in(self._baseline, objects)
             self._fresh = [objects[i] for i in new] if new.size <= WATCH.max_fresh else []
             self.trace_seconds += time.perf_counter() - started  # part of the traces' cost
         return self._fresh or None
@@ -1649,26 +1666,82 @@ def _object_keys(objects) -> np.ndarray:
     baseline that had since been freed, were all taken for old and the trace
     of the leak found nothing new). Keyed with the type as well, a new object
     is taken for old only where an object of its own type lay before it."""
-    count = len(objects)
-    ids = np.fromiter(map(id, objects), np.int64, count).view(np.uint64)
-    kinds = np.fromiter(map(id, map(type, objects)), np.int64, count).view(np.uint64)
-    return (ids ^ (kinds * _HASH)).view(np.int64)
+    return _keys_into(objects, np.empty(len(objects), np.int64))
+
+
+# Objects keyed at a time: the temporaries of a walk's keys stay a few
+# hundred KiB whatever the heap's size (computed whole, 340,000 objects took
+# four arrays of 2.7 MiB at once, a step in the process's resident memory at
+# the walk that first did it; its pages are not given back).
+_KEY_CHUNK = 1 << 15
+
+
+def _keys_into(objects, out: np.ndarray) -> np.ndarray:
+    """The keys of ``objects`` (see _object_keys) written into ``out``."""
+    for start in range(0, len(objects), _KEY_CHUNK):
+        part = objects[start:start + _KEY_CHUNK]
+        ids = np.fromiter(map(id, part), np.int64, len(part)).view(np.uint64)
+        kinds = np.fromiter(map(id, map(type, part)), np.int64, len(part)).view(np.uint64)
+        kinds *= _HASH
+        np.bitwise_xor(ids, kinds, out=out[start:start + len(part)].view(np.uint64))
+        part = None
+    return out
+
+
+class _TwoBlocks:
+    """Two blocks reserved (and touched) once, used in turn: what a walk keeps
+    for the next goes into the one the last walk's is not in, so that no
+    later walk needs more memory at once than the first (WATCH.kept_room)."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self):
+        self.blocks = [None, None]
+
+    def reserve(self, size: int) -> None:
+        if self.blocks[0] is None:
+            self.blocks = [_reserve(size), _reserve(size)]
+
+    def keep(self, turn: int, *arrays) -> tuple:
+        """``arrays`` (int64) copied into block ``turn``; views of it."""
+        need = sum(a.size for a in arrays)
+        if self.blocks[turn] is None or self.blocks[turn].size < need:
+            self.blocks[turn] = _reserve(need)
+        block, views, at = self.blocks[turn], [], 0
+        for a in arrays:
+            block[at:at + a.size] = a
+            views.append(block[at:at + a.size])
+            at += a.size
+        return tuple(views)
 
 
 def _reserve(objects: int) -> np.ndarray:
-    """A block for the keys of ``WATCH.baseline_room`` times ``objects``,
+    """A block for the keys of ``WATCH.kept_room`` times ``objects``,
     every page touched: the process's memory holds it from now on."""
-    room = np.empty(int(objects * WATCH.baseline_room) + 1, np.int64)
+    room = np.empty(int(objects * WATCH.kept_room) + 1, np.int64)
     room.fill(0)
     return room
 
 
-def _into(room, keys: np.ndarray) -> np.ndarray:
-    """``keys`` in the reserved block where they fit (a view of it), else as they are."""
-    if room is None or keys.size > room.size:
-        return keys
-    room[:keys.size] = keys
-    return room[:keys.size]
+def _sorted_keys(objects, room) -> np.ndarray:
+    """The sorted keys of ``objects``, written into the reserved block where
+    they fit (a view of it) and sorted in place: no temporary of their size."""
+    keys = room[:len(objects)] if room is not None and len(objects) <= room.size \
+        else np.empty(len(objects), np.int64)
+    _keys_into(objects, keys).sort()
+    return keys
+
+
+def _not_in(baseline: np.ndarray, objects) -> np.ndarray:
+    """Indices of the ``objects`` whose key is not among the sorted
+    ``baseline`` keys, a chunk at a time (see _KEY_CHUNK)."""
+    found = []
+    keys = np.empty(min(len(objects), _KEY_CHUNK), np.int64)
+    for start in range(0, len(objects), _KEY_CHUNK):
+        part = objects[start:start + _KEY_CHUNK]
+        found.append(np.flatnonzero(_absent(baseline, _keys_into(part, keys[:len(part)]))) + start)
+        part = None
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 def _not_in_baseline(instances: list, baseline: np.ndarray) -> list:
