@@ -376,9 +376,12 @@ class LeakWatch:
             self._walks += 1
             if self._walks < WATCH.baseline_walk and self._baseline_room is None:
                 # Before this walk's own peak, which later walks reach with these held.
-                self._baseline_room = _reserve(min(len(census.objects), WATCH.max_baseline_objects))
+                if len(census.objects) <= WATCH.max_baseline_objects:
+                    self._baseline_room = _reserve(len(census.objects))
                 counts = census.by_type()
-                self._kept_all.reserve(sum(counts.get(kind, 0) for kind in _CONTAINER_SET))
+                containers = sum(counts.get(kind, 0) for kind in _CONTAINER_SET)
+                if containers <= WATCH.max_container_ids:
+                    self._kept_all.reserve(containers)
                 counts = None
             self._read_buffers(census, step)
             pending: list = []
@@ -388,10 +391,11 @@ class LeakWatch:
             self._mark(step, census)
             self._rise_streak = self._rise_streak + 1 if self._rising else 0
             self._fresh = None
-            if self._walks == WATCH.baseline_walk and len(census.objects) <= WATCH.max_baseline_objects:
-                self._baseline = _sorted_keys(census.objects, self._baseline_room)
+            if self._walks == WATCH.baseline_walk:
+                if len(census.objects) <= WATCH.max_baseline_objects:
+                    self._baseline = _sorted_keys(census.objects, self._baseline_room)
+                    self._baseline_step = step
                 self._baseline_room = None
-                self._baseline_step = step
             if extra:
                 write(step, extra, wall_time)
                 self.history.record(step, wall_time, extra)
