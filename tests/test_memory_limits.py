@@ -502,29 +502,34 @@ def test_no_later_heap_walk_needs_more_memory_than_the_first():
     baseline's keys made whole, np.isin's sort of every container's id).
     What the watch keeps from walk to walk lives in blocks reserved at the
     first walk, and the rest is computed a chunk at a time: the peak of
-    every later walk stays within the first's."""
-    import gc
-    import tracemalloc
+    every later walk stays within the first's. Measured in a process of its
+    own, whose heap is the 300,000 lists made here (in this one, what earlier
+    tests left behind would be walked too)."""
+    import json
+    import subprocess
+    import sys
 
-    from tb_leak_plugin.capture import probes
-    from tb_leak_plugin.capture.online import LeakWatch
-
-    objects = [[i] for i in range(300_000)]
-    watch = LeakWatch("run")
-    peaks = []
-    tracemalloc.start()
-    try:
-        for step in (0, 1000, 2000, 3000):
-            gc.collect()
-            tracemalloc.reset_peak()
-            census = probes.Census(gc.get_objects(), None)
-            watch.after_walk(step, 1e9 + step, census, lambda *a: None, walk_s=0.01, spare_s=None,
-                             advance_s=None)
-            census.release()
-            census = None
-            peaks.append(tracemalloc.get_traced_memory()[1])
-    finally:
-        tracemalloc.stop()
-    assert watch._baseline is not None
+    script = r"""
+import gc, json, tracemalloc
+from tb_leak_plugin.capture import probes
+from tb_leak_plugin.capture.online import LeakWatch
+objects = [[i] for i in range(300_000)]
+watch = LeakWatch("run")
+peaks = []
+tracemalloc.start()
+for step in (0, 1000, 2000, 3000):
+    gc.collect()
+    tracemalloc.reset_peak()
+    census = probes.Census(gc.get_objects(), None)
+    watch.after_walk(step, 1e9 + step, census, lambda *a: None, walk_s=0.01, spare_s=None, advance_s=None)
+    census.release()
+    census = None
+    peaks.append(tracemalloc.get_traced_memory()[1])
+print(json.dumps({"peaks": peaks, "baseline": watch._baseline is not None}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    peaks = result["peaks"]
+    assert result["baseline"]
     assert max(peaks[1:]) <= peaks[0] + 512 * 1024, [round(p / 2 ** 20, 2) for p in peaks]
-    del objects
