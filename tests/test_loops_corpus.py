@@ -85,9 +85,10 @@ def test_leak_is_found_with_its_culprit(reports, name):
     walks = max((s.get("samples", 0) for s in report.get("series", []) if s["tag"] == "leak/gc/tracked_objects"),
                 default=0)
     if not right and walks < MIN_WALKS:
-        # The loop ran its longest (loops.MAX_STRETCH times its steps) and the
-        # budget still bought fewer walks than asked (a 0.5-ms eager loop on a
-        # loaded machine: three walks at ~0.3 s each in 10,000 steps). Too few
+        # The loop ran its longest (loops.MAX_STRETCH times its steps, or
+        # loops.MAX_STRETCH_S of training) and the budget still bought fewer
+        # walks than asked (a 0.5-ms eager loop on a loaded machine: three
+        # walks at ~0.3 s each in 10,000 steps; a retraced tf.function). Too few
         # census points decide no type; the report must then say so and why,
         # not name a wrong one or none in silence.
         keys = {h["key"] for h in report.get("hints", [])}
