@@ -64,10 +64,10 @@ def test_sampling_from_two_threads_stays_bounded(tmp_path, shared):
 
     def loop(monitor):
         try:
-            # Sixteen dense samples a thread: each walks the whole heap (a full
+            # Eight dense samples a thread: each walks the whole heap (a full
             # test run's: a second or so), so the two threads' walks overlap
-            # many times over; forty took 87 s of a CI run.
-            for step in range(16):
+            # many times over; forty took 87 s of a CI run, sixteen 35 s.
+            for step in range(8):
                 kept.append(np.ones(8))
                 monitor.sample(step)
         except Exception as error:  # sample() must never raise
