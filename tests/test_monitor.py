@@ -581,6 +581,22 @@ def test_the_last_walk_collects_fully_unless_the_program_makes_almost_no_cyclic_
     monitor.close()
 
 
+def test_a_simulated_clock_with_real_costs_reads_the_threads_real_cpu_time():
+    """Tests and benchmarks that simulate the training between steps (the
+    leak loops' 1.2 ms steps) still measure the monitor's work as a real job
+    does: time the thread does not run (another process has its core, here a
+    sleep) is wall time, not CPU time, so the monitor sees it as contention."""
+    sim = clock.SimulatedClock()
+    wall0, cpu0 = sim.perf_counter(), sim.thread_time()
+    sim.advance(5.0)  # training: on both
+    time.sleep(0.2)   # not on the thread's CPU time
+    wall, cpu = sim.perf_counter() - wall0, sim.thread_time() - cpu0
+    assert wall >= 5.2 and 5.0 <= cpu < 5.1, (wall, cpu)
+    still = clock.SimulatedClock(real_costs=False)
+    time.sleep(0.01)
+    assert still.thread_time() == still.perf_counter() == 0.0
+
+
 class _ContendedClock(clock.SimulatedClock):
     """Other processes take (1 - 1/factor) of this thread's core: its work
     runs at 1/factor of wall speed."""

@@ -51,6 +51,7 @@ class SimulatedClock:
         self._start_wall = float(start_wall)
         self._real_costs = bool(real_costs)
         self._real_start = _time.perf_counter()
+        self._real_cpu_start = _time.thread_time()
 
     def advance(self, seconds: float) -> None:
         self._simulated += float(seconds)
@@ -63,8 +64,14 @@ class SimulatedClock:
         return self._start_wall + self.perf_counter()
 
     def thread_time(self) -> float:
-        """The same seconds as ``perf_counter``: a simulated machine is never contended."""
-        return self.perf_counter()
+        """The simulated seconds plus, with ``real_costs``, the calling
+        thread's real CPU seconds: over the monitor's own work it reads what
+        the work really got of a core, so that other processes on the machine
+        count as contention, as they do in a real job (see
+        ``Monitor._contention``); without, the same as ``perf_counter``."""
+        if not self._real_costs:
+            return self.perf_counter()
+        return self._simulated + (_time.thread_time() - self._real_cpu_start)
 
 
 _current = SystemClock()
