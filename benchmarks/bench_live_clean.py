@@ -11,6 +11,14 @@ is first called.
 
 Targets (clean): never ``leak``; ``no_leak`` from the first few minutes on and
 at the end. Prints one line per look and a summary.
+
+``--replay RUNDIR ...`` looks at recorded runs instead (clean ones: the fixed
+twins of ``benchmarks/heldout/run_heldout.py --logdir``): each is analysed as
+it stood at ``--cuts`` evenly spaced steps (its points up to that step, as the
+Leak tab read them while it trained) and at its end; prints the runs called
+``leak`` at some look.
+
+    python benchmarks/bench_live_clean.py --replay LOGDIR/*/fixed [--cuts 40]
 """
 
 from __future__ import annotations
@@ -53,13 +61,55 @@ def analyse(logdir: str):
     return runs[0] if runs else None
 
 
+def replay(rundirs, cuts: int) -> int:
+    """Each recorded run's verdict at ``cuts`` evenly spaced steps and at its end."""
+    import dataclasses
+
+    from tb_leak_plugin.analysis.report import build_run_report
+    from tb_leak_plugin.analysis.series import RunData
+    from tb_leak_plugin.eventfile.reader import load_run
+
+    ever, looked, finals = [], 0, {}
+    for rundir in rundirs:
+        run = load_run(os.path.basename(os.path.dirname(rundir.rstrip("/"))) or rundir, rundir)
+        ends = [int(s.steps[-1]) for s in run.series.values() if len(s.steps)]
+        if not ends:
+            print(f"{rundir}: no points")
+            continue
+        last, leaks = max(ends), []
+        for k in range(1, cuts + 1):
+            cut = last * k // cuts
+            part = RunData(name=run.name, path=rundir)
+            for tag, series in run.series.items():
+                keep = series.steps <= cut
+                part.series[tag] = dataclasses.replace(series, steps=series.steps[keep],
+                                                       wall_times=series.wall_times[keep], values=series.values[keep])
+            report = build_run_report(part)
+            looked += 1
+            if report.verdict == "leak":
+                leaks.append((cut, report.reason))
+        finals[rundir] = build_run_report(run).verdict
+        if leaks:
+            ever.append(rundir)
+            print(f"{rundir}: leak at {len(leaks)} of {cuts} looks (steps {', '.join(str(c) for c, _ in leaks[:8])}"
+                  f" of {last}), at its end {finals[rundir]}; first: {leaks[0][1][:160]}")
+    ends = [v for v in finals.values()]
+    print(f"runs: {len(finals)}; called leak at some look: {len(ever)}; at their end: leak {ends.count('leak')}, "
+          f"no_leak {ends.count('no_leak')}, inconclusive {ends.count('inconclusive')} ({looked} looks)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replay", nargs="+", metavar="RUNDIR", help="recorded runs to look at, instead of a new loop")
+    parser.add_argument("--cuts", type=int, default=40, help="looks per recorded run (--replay)")
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--every", type=float, default=30.0)
     parser.add_argument("--step-ms", type=float, default=5.0)
     parser.add_argument("--keep", type=int, default=0, help="bytes kept per step (0: a clean loop)")
     args = parser.parse_args(argv)
+    if args.replay:
+        return replay(args.replay, max(1, args.cuts))
     work = tempfile.mkdtemp(prefix="tb-leak-live-")
     logdir = os.path.join(work, "run")
     code = CHILD.format(root=ROOT, logdir=logdir, seconds=args.seconds, step_s=args.step_ms / 1000.0,
