@@ -71,6 +71,9 @@ def replay(rundirs, cuts: int) -> int:
 
     ever, looked, finals = [], 0, {}
     for rundir in rundirs:
+        if not os.path.isdir(rundir):
+            print(f"{rundir}: not a directory, skipped")
+            continue
         run = load_run(os.path.basename(os.path.dirname(rundir.rstrip("/"))) or rundir, rundir)
         ends = [int(s.steps[-1]) for s in run.series.values() if len(s.steps)]
         if not ends:
