@@ -415,3 +415,47 @@ def test_edges():
     for df in (0.5, 3.0, 40.0):  # the quantile inverts the tail
         for q in (0.01, 0.3, 0.8, 0.999):
             assert _stats.t_cdf(_stats.t_ppf(q, df), df) == pytest.approx(q, rel=1e-9)
+
+
+def test_a_random_walks_drift_interval_covers_its_drift():
+    # Noise that wanders as a random walk in steps, sampled unevenly: the
+    # drift reading's 95% interval holds the true drift about 95% of the time.
+    import numpy as np
+
+    covered, runs = 0, 1000
+    for seed in range(runs):
+        rng = np.random.default_rng(seed)
+        t = np.cumsum(rng.integers(1, 20, 60)).astype(float)
+        y = 1e6 + 5.0 * t + np.cumsum(rng.normal(0, 10, t.size) * np.sqrt(np.diff(np.r_[0.0, t])))
+        reading = _stats.drift([t - t[0]], y)
+        covered += abs(reading.beta[1] - 5.0) <= _stats.t_ppf(0.975, reading.df) * reading.se[1]
+    assert 0.93 <= covered / runs <= 0.97
+
+
+@pytest.mark.parametrize("phi", [0.0, 0.5, 0.9, 0.99])
+def test_the_drift_reading_never_understates_a_stationary_noises_error(phi):
+    # Its slope telescopes to the noise at the two ends, whose variance the
+    # changes overstate by n (1 - rho) / (1 - rho^n) >= 1.
+    import numpy as np
+
+    slopes, ses = [], []
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        e = np.zeros(80)
+        e[0] = rng.normal() / math.sqrt(1 - phi * phi)
+        for i in range(1, e.size):
+            e[i] = phi * e[i - 1] + rng.normal()
+        t = np.arange(e.size, dtype=float) * 7
+        reading = _stats.drift([t], 3.0 * t + e)
+        slopes.append(reading.beta[1])
+        ses.append(reading.se[1])
+    assert math.sqrt(float(np.mean(np.square(ses)))) >= 0.95 * float(np.std(slopes))
+
+
+def test_the_drift_reading_of_too_few_changes_is_unbounded():
+    import numpy as np
+
+    reading = _stats.drift([np.array([0.0, 5.0])], np.array([1.0, 3.0]))
+    assert reading.se[1] == math.inf
+    reading = _stats.drift([np.array([0.0, 5.0, 5.0])], np.array([1.0, 3.0, 4.0]))  # a repeated step
+    assert reading.se[1] == math.inf

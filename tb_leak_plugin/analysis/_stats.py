@@ -62,6 +62,33 @@ def regress(x_cols, y, min_inflation=1.0, inflation=None):
     return Regression(beta, se, max(min(2.0, float(dof)), dof / inflation), resid)
 
 
+def drift(x_cols, y):
+    """The same model on the sample-to-sample changes, as a random walk's
+    drift: changes of y on changes of ``x_cols`` (the first is the steps),
+    weighted by 1 / steps between samples (a walk's variance grows with
+    them). Exact for noise that wanders as a random walk, where the lines'
+    inflation degenerates (its degrees of freedom go to two); for stationary
+    noise its variance is never too small: the slope telescopes to the ends'
+    noise, n (1 - rho) / (1 - rho^n) >= 1 times overstated. Its slope is at
+    beta[1]; there is no intercept (beta[0] is 0)."""
+    cols = [np.diff(np.asarray(c, dtype=np.float64)) for c in x_cols]
+    dt, dy = cols[0], np.diff(np.asarray(y, dtype=np.float64))
+    k = len(cols)
+    m = dy.size
+    if m - k < 1 or not np.all(dt > 0):
+        return Regression(np.zeros(k + 1), np.full(k + 1, math.inf), 1.0, dy)
+    root_w = 1.0 / np.sqrt(dt)
+    design = np.column_stack(cols) * root_w[:, None]
+    beta = np.linalg.lstsq(design, dy * root_w, rcond=None)[0]
+    resid = dy * root_w - design @ beta
+    sigma2 = float(resid @ resid) / (m - k)
+    try:
+        se = np.sqrt(np.maximum(np.diag(np.linalg.inv(design.T @ design)), 0.0) * sigma2)
+    except np.linalg.LinAlgError:
+        se = np.full(k, math.inf)
+    return Regression(np.r_[0.0, beta], np.r_[math.inf, se], float(m - k), resid)
+
+
 # --------------------------------------------------------------------------- noise
 
 

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from tb_leak_plugin.analysis._stats import ar1, diff_noise, median, regress, robust_sd, t_ppf, t_sf, variance_inflation
+from tb_leak_plugin.analysis._stats import ar1, diff_noise, drift, median, regress, robust_sd, t_ppf, t_sf, variance_inflation
 from tb_leak_plugin.analysis.policy import POLICY, Policy
 from tb_leak_plugin.analysis.results import TrendResult, clip01, fit_dict, fmt, fmt_range, samples_note, too_few
 
@@ -204,7 +204,9 @@ def _fit_current(t, y, unit, policy, raw=None) -> _Fit:
     if s > 0:
         s = min(s + int(policy.trim_share * (y.size - s)), y.size - policy.min_segment)
     reg, readings, leak_readings = _readings(t, y, s, starts, noise_var, pooled, policy)
-    return _Fit(t_start=float(t[s]), level=float(reg.beta[0]), slope=readings[0][0], se=readings[0][1],
+    # The line through the segment's middle at the reading's slope (a walk's drift has no level).
+    level = float(reg.beta[0]) + (float(reg.beta[1]) - readings[0][0]) * float(np.mean(t[s:] - t[s]))
+    return _Fit(t_start=float(t[s]), level=level, slope=readings[0][0], se=readings[0][1],
                 df=readings[0][2], noise=_noise(reg.resid, res), segments=int(starts.size),
                 jump=float(reg.beta[0] - y[s - 1]) if s > 0 else 0.0,
                 shift=float(reg.beta[2]) if reg.beta.size > 2 else 0.0, readings=readings,
@@ -232,8 +234,20 @@ def _segment_with_noise(t, y, res, policy):
     return starts, noise_var, pooled
 
 
-def _reading(reg):
-    return float(reg.beta[1]), float(reg.se[1]), float(reg.df)
+def _reading(reg, cols=None, y=None):
+    """A fit's growth (slope, se, df); with ``cols`` and ``y``, the same
+    model read as a random walk's drift too, and of the two the one with the
+    narrower 95% interval: stationary noise is read by the line, widened for
+    its autocorrelation; noise that wanders as a random walk, whose
+    autocorrelation leaves the line two degrees of freedom, by its changes."""
+    line = float(reg.beta[1]), float(reg.se[1]), float(reg.df)
+    if cols is None:
+        return line
+    walk = drift(cols, y)
+    walk = float(walk.beta[1]), float(walk.se[1]), float(walk.df)
+    if not walk[1] < math.inf:
+        return line
+    return min(line, walk, key=lambda r: t_ppf(0.975, max(r[2], 1.0)) * r[1])
 
 
 def _readings(t, y, s, starts, noise_var, pooled, policy):
@@ -243,7 +257,7 @@ def _readings(t, y, s, starts, noise_var, pooled, policy):
     cols = [tt - tt[0]]
     # One noise process: the autocorrelation around every segment bounds this one's.
     reg = regress(cols, yy, min_inflation=pooled)
-    readings = [_reading(reg)]
+    readings = [_reading(reg, cols, yy)]
     shift = _level_shift(tt, yy, noise_var, policy)
     if shift:
         # Growth besides one level shift. A rise like (``like_step_ratio``) two
@@ -252,11 +266,12 @@ def _readings(t, y, s, starts, noise_var, pooled, policy):
         reg = regress(cols, yy, min_inflation=pooled)
         size, ratio = float(reg.beta[2]), policy.like_step_ratio
         stairs = size > 0 and sum(size / ratio < r < ratio * size for r in _rises(t, y, starts, ratio)) >= 2
-        readings = [_reading(reg)] + (readings if stairs else [])
+        readings = [_reading(reg, cols, yy)] + (readings if stairs else [])
     leak_readings = readings[:1]
     if yy.size - 1 - (len(cols) + 1) >= _CLAIM_DF:
         # No claim rests on the last sample alone, the one of most leverage.
-        leak_readings.append(_reading(regress([c[:-1] for c in cols], yy[:-1], min_inflation=pooled)))
+        last_out = [c[:-1] for c in cols]
+        leak_readings.append(_reading(regress(last_out, yy[:-1], min_inflation=pooled), last_out, yy[:-1]))
         readings = readings + leak_readings[-1:]
     return reg, readings, leak_readings
 
