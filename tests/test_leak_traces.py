@@ -7,6 +7,7 @@ saved logdir (CLI JSON and text) and without leaving references behind."""
 
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import pathlib
@@ -819,3 +820,74 @@ def test_an_object_a_container_holds_many_times_counts_once_in_its_items_bytes()
     assert _item_bytes(distinct) > (1 << 20)
     assert _item_bytes(same) < (1 << 20) / 4
     assert _item_bytes({i: big for i in range(50)}) < (1 << 20) / 4
+
+
+class _Listener:
+    """A spent reply receiver that a disconnect listener keeps."""
+
+    def __init__(self):
+        self.queue = collections.deque()
+
+
+class _RemoteContext:
+    """Keeps, per signal, the listeners subscribed to it; none is ever removed."""
+
+    def __init__(self):
+        self._signals = {"disconnect": []}
+
+
+def _with_items(container):
+    return [container, *container]
+
+
+def test_a_type_let_go_at_close_is_held_by_the_container_gone_with_it():
+    """A training function's local context keeps one listener a step in
+    ``_signals['disconnect']``, a list no one prunes (held-out s196's shape,
+    opened). Walks at steps 0 to 3,000 saw the list and the listeners grow,
+    the list seen from the function's locals; at close the function has
+    returned and both are gone. The listeners lead the report, and a trace
+    of them now finds none: they are named as held by the list that went
+    with them, by the path it was seen by while it grew (before, their
+    trace at close was empty and no culprit named a holder)."""
+    from tb_leak_plugin.capture.online import LeakWatch
+    from tb_leak_plugin.capture.probes import Census, type_name
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    watch = LeakWatch("run")
+    blocks = SeriesInfo("python", "allocated_blocks", "blocks")
+    rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
+    listeners_info = SeriesInfo("objects", "live_count", "count", type_name(_Listener))
+    written = []
+
+    def record(upto, start=0):
+        for step in range(start, upto + 1, 50):
+            watch.history.record(step, 1e9 + step, [(blocks, 1.4e6 + 8.0 * step + (step % 7)),
+                                                    (rss, 3.7e7 + 1450.0 * step + 4096 * (step % 3))])
+
+    def walk(step, objects, count, final=False, local_hops=None):
+        watch.history.record(step, 1e9 + step, [(listeners_info, float(count))])
+        census = Census(objects, local_hops)
+        census.final = final
+        watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01,
+                         spare_s=0.0, advance_s=None if final else 0.0)
+        census.release()
+
+    def _train():
+        worker = _RemoteContext()
+        record(0)
+        walk(0, [worker, worker.__dict__, worker._signals, worker._signals["disconnect"]], 0)
+        for upto in (1000, 2000, 3000):
+            worker._signals["disconnect"].extend(_Listener() for _ in range(1000))
+            record(upto, upto - 950)
+            walk(upto, [worker, worker.__dict__, worker._signals, *_with_items(worker._signals["disconnect"])],
+                 len(worker._signals["disconnect"]), local_hops=referrers.running_locals())
+
+    _train()
+    record(4000, 3050)
+    walk(4000, [], 0, final=True)
+    report = watch.last_report
+    assert report.verdict == "leak", report.reason
+    named = [c for c in report.culprits[:3] if c.name == type_name(_Listener)]
+    assert named, [c.name for c in report.culprits]
+    held = (named[0].details or {}).get("held_by") or []
+    assert held and "`worker`" in " → ".join(held[0]["path"]) and "_signals" in " → ".join(held[0]["path"]), held

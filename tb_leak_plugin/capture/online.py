@@ -148,6 +148,14 @@ class History:
                     return True
         return False
 
+    def points(self, tag) -> tuple:
+        """(steps, values) kept of the series ``tag`` (empty if none)."""
+        for info, row in self._index.items():
+            if info.tag == tag:
+                n = int(self._counts[row])
+                return self._steps[row, :n].copy(), self._values[row, :n].copy()
+        return np.empty(0, np.int64), np.empty(0)
+
     def run_data(self, name: str, held_by=(), groups=None):
         from tb_leak_plugin.analysis.series import RunData, Series
 
@@ -825,6 +833,12 @@ class LeakWatch:
             if spent > WATCH.walk_trace_cap_s * self.contention or len(self._held_by) >= WATCH.max_traces \
                     or self._left() < WATCH.min_trace_s:
                 break
+            if census.final and culprit.kind in ("object_type", "tensors") and key not in self._traced \
+                    and self._let_go(culprit) and self._name_gone(culprit, key, step, wall_time, write):
+                # Its instances were let go with the containers gone since the
+                # walk before: a trace now finds none of them.
+                traced_any = True
+                continue
             kind, instances = self._culprit_targets(culprit, census, report)
             if kind is None and not instances:
                 continue
@@ -1035,28 +1049,45 @@ class LeakWatch:
                 return kind, census.instances_of(kind)
         return None, []
 
+    def _name_gone(self, culprit, key, step, wall_time, write) -> bool:
+        """At the last walk: the containers gone since the walk before, while
+        none alive grows, are what the training function held, seen from its
+        locals while they grew (see _seen_from_locals); named as the
+        culprit's holders. Whether any was."""
+        if not self._gone or any(e.grew >= 1 + e.made and _per_step(e) for e in self._containers.values()):
+            return False
+        gone = sorted(self._gone, key=lambda e: -_items_grown(e)[0] * e.item_bytes)[:3]
+        entries = [{"path": [referrers.hop_text(h) for h in e.seen[0]], "hops": e.seen[0], "sampled": 1,
+                    "instances": _items_grown(e)[0], "items_per_step": round(_items_grown(e)[1], 4),
+                    "item_bytes": round(e.item_bytes, 1)}
+                   for e in gone]
+        self._traced[key] = (self._walks, 0)
+        detail = {"format": HELD_BY_FORMAT,
+                  "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
+                  "step": int(min(e.seen[1] for e in gone)), "live": None, "new": None,
+                  "new_since_step": None, "traced": len(entries), "found": len(entries), "seconds": 0.0,
+                  "complete": True, "containers": True, "held_by": entries}
+        self._write_trace(key, detail, step, wall_time, len(entries), write)
+        return True
+
+    def _let_go(self, culprit) -> bool:
+        """Whether the culprit's series fell back at this walk after a rise
+        (its instances let go when the training function returned)."""
+        tag = (culprit.details or {}).get("tag")
+        if not isinstance(tag, str):
+            return False
+        from tb_leak_plugin.analysis.trend import falls_back_at_end
+
+        steps, values = self.history.points(tag)
+        return steps.size >= 3 and falls_back_at_end(steps, values)
+
     def _trace_containers_for(self, culprit, step, wall_time, census, write) -> None:
         """Memory grows and no traced type explains it: name the containers
         that grew at every walk (``kept.append(bytes(...))``) as its holders."""
         key = f"{culprit.kind}:{culprit.name}"
         if key in self._traced or not (self._containers or self._gone):
             return
-        if census.final and self._gone and not any(e.grew >= 1 + e.made and _per_step(e)
-                                                     for e in self._containers.values()):
-            # Gone since, and none alive grows: what the training function
-            # held, seen from its locals while it grew (see _seen_from_locals).
-            gone = sorted(self._gone, key=lambda e: -_items_grown(e)[0] * e.item_bytes)[:3]
-            entries = [{"path": [referrers.hop_text(h) for h in e.seen[0]], "hops": e.seen[0], "sampled": 1,
-                        "instances": _items_grown(e)[0], "items_per_step": round(_items_grown(e)[1], 4),
-                        "item_bytes": round(e.item_bytes, 1)}
-                       for e in gone]
-            self._traced[key] = (self._walks, 0)
-            detail = {"format": HELD_BY_FORMAT,
-                      "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
-                      "step": int(min(e.seen[1] for e in gone)), "live": None, "new": None,
-                      "new_since_step": None, "traced": len(entries), "found": len(entries), "seconds": 0.0,
-                      "complete": True, "containers": True, "held_by": entries}
-            self._write_trace(key, detail, step, wall_time, len(entries), write)
+        if census.final and self._name_gone(culprit, key, step, wall_time, write):
             return
         # Grown at the last walk, and seen growing: a container made since
         # the walk before shows a length, not a growth, until it grows again
