@@ -878,3 +878,47 @@ def test_the_watch_gives_a_trace_its_passes_within_what_is_left():
     assert limits["max_cap_s"] <= 0.35 and limits["time_cap_s"] <= 0.35
     # The owed trace's allowance covers the largest cap.
     assert online.WATCH.first_trace_s * 0.7 >= online.WATCH.max_trace_s
+
+
+def _memory_culprit(hops, step=4799):
+    held = [{"path": [hop_text(h) for h in hops], "hops": hops, "sampled": 3, "instances": 3}]
+    return Culprit(kind="series", name="leak/process/malloc_bytes", growth_per_step=12800.0, unit="bytes",
+                   evidence="grows", confidence=0.9, details={"tag": "leak/process/malloc_bytes", "held_by": held,
+                                                             "trace": {"step": step}})
+
+
+def test_memory_traced_through_a_containers_items_names_the_container_as_where_it_accumulates():
+    """A class-level registry keeps a processor per domain, each with its
+    tables (held-out s205's shape, opened): the C heap's growth is traced
+    from the new processors' arrays through ``Processor.instance_map``, a
+    dict keyed by domain id. That dict is the accumulation point, named by
+    what it keeps, with the memory's growth; before, only the memory series
+    was a culprit and the registry showed only in its path."""
+    hops = [{"kind": "class_attribute", "owner": "Processor", "name": "instance_map"},
+            {"kind": "key", "name": "int", "key_type": "other"},
+            {"kind": "attribute", "owner": "Processor", "name": "resource_loader"},
+            {"kind": "attribute", "owner": "ResourceLoader", "name": "gazetteer", "holds": "ndarray"}]
+    memory = _memory_culprit(hops)
+    named = holders.retained_containers([memory])
+    assert [c.kind for c in named] == ["container"]
+    assert named[0].name == "class attribute `Processor.instance_map` → dict of Processor", named[0].name
+    assert named[0].growth_per_step == 12800.0 and named[0].unit == "bytes"
+    assert named[0].details["held_by"][0]["path"] == ["class attribute `Processor.instance_map`"]
+    assert "traced at step 4799" in named[0].evidence
+    # The container and the memory are one holder: merged under it.
+    merged = holders.merge_by_holder(named + [memory])
+    assert len(merged) == 1 and merged[0].details["also"][0]["name"] == "leak/process/malloc_bytes"
+    assert memory.details["held_by"][0]["hops"] == hops  # the memory keeps its own path
+
+
+@pytest.mark.parametrize("hops", [
+    # The container is the path's end: its items are the arrays (see adopt_containers).
+    [{"kind": "local", "owner": "train", "name": "cache"}, {"kind": "object", "owner": "list", "holds": "ndarray"}],
+    # No container on the way: an attribute chain.
+    [{"kind": "global", "name": "model"}, {"kind": "attribute", "owner": "Model", "name": "buffer", "holds": "ndarray"}],
+    # Items that are containers themselves name no class.
+    [{"kind": "global", "name": "tables"}, {"kind": "key", "name": "str", "key_type": "str"},
+     {"kind": "item", "owner": "list", "name": "0", "holds": "ndarray"}],
+])
+def test_a_path_with_no_class_kept_in_a_container_names_no_accumulation_point(hops):
+    assert holders.retained_containers([_memory_culprit(hops)]) == []

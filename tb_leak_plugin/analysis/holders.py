@@ -349,6 +349,8 @@ def retained_containers(culprits: list) -> list:
     out = []
     for culprit in culprits:
         details = culprit.details if isinstance(culprit.details, dict) else {}
+        if culprit.kind == "series" and not details.get("held_by_containers"):
+            out += _accumulating(culprit, details)
         if culprit.kind != "series" or not details.get("held_by_containers"):
             continue
         step = (details.get("trace") or {}).get("step")
@@ -376,6 +378,39 @@ def retained_containers(culprits: list) -> list:
                          "held_by": [{**_entry(hops[:-1]), "instances": added if isinstance(added, int) else None}]},
             ))
     return out
+
+
+def _accumulating(culprit, details: dict) -> list:
+    """A memory series traced through a container's items to what they
+    hold (``class attribute `Processor.instance_map` → dict[int] →
+    Processor.resource_loader → ResourceLoader.gazetteer``, traced from the
+    new instances whose arrays hold the growth): the container is where the
+    leak accumulates, as a heap analyser names the accumulation point, and
+    is named by what it keeps (``dict of Processor``), with the memory's
+    growth. One culprit of kind ``container``, from the first path; the
+    memory series is kept."""
+    from tb_leak_plugin.analysis.results import Culprit
+
+    held = details.get("held_by") or []
+    hops = list(held[0].get("hops") or []) if held and isinstance(held[0], dict) else []
+    for index in range(1, len(hops) - 1):
+        container, after = _container_of(hops[index]), hops[index + 1]
+        if not container:
+            continue
+        owner = after.get("owner") if after.get("kind") in ("attribute", "slot") else None
+        if not isinstance(owner, str) or not owner or owner in _CONTAINER_NAMES:
+            return []
+        last = {"kind": "object", "owner": container, "holds": owner}
+        step = (details.get("trace") or {}).get("step")
+        when = f" (traced at step {step})" if isinstance(step, int) else ""
+        return [Culprit(
+            kind="container", name=" → ".join(_entry(hops[:index] + [last])["path"]),
+            growth_per_step=culprit.growth_per_step, unit=culprit.unit,
+            evidence=f"its {owner} items hold what {culprit.name} grows{when}",
+            confidence=culprit.confidence, hint="python_container",
+            details={"container_hops": hops[:index] + [last], "last_count": None,
+                     "held_by": [{**_entry(hops[:index]), "instances": held[0].get("instances")}]})]
+    return []
 
 
 def _items_per_step(entry: dict, step) -> float | None:
