@@ -295,14 +295,32 @@ def _grew_after_full_collections(trend: TrendResult, series: Series, full: Serie
     growth instead of against it."""
     if full is None or not len(series) or not len(full):
         return False
-    end = min((trend.fit or {}).get("end_step", int(series.steps[-1])), float(full.steps[-1]) - 1)
+    fit = trend.fit or {}
+    end = min(fit.get("end_step", int(series.steps[-1])), float(full.steps[-1]) - 1)
     steps, values, start = _after_full_collections(trend, series, full, end, after)
-    keep = steps >= start
-    steps, values = steps[keep], values[keep]
     slope = float(trend.slope_per_step)
-    if steps.size < 2 or slope <= 0 or steps[-1] - steps[0] < POLICY.full_span_share * max(end - start, 1):
+    least = POLICY.full_growth_share * slope
+    if slope <= 0 or not steps.size:
         return False
-    return float(values[-1] - values[0]) >= POLICY.full_growth_share * slope * float(steps[-1] - steps[0])
+    # The readings of the segment, and before it those that grew at that
+    # rate up to it: the heap walks' full collections come early in a run,
+    # and a growth that goes on at one rate is one growth, wherever the fit
+    # of its slight curvature (a cache of lines, 175 then 130 blocks a step)
+    # starts its last segment. Where no reading is in the segment, the
+    # segment's line must go on from the last of them at that rate too.
+    first = int(np.searchsorted(steps, start))
+    while first > 0 and (first == steps.size or float(values[first] - values[first - 1])
+                         >= least * float(steps[first] - steps[first - 1])):
+        first -= 1
+        if first == steps.size - 1 and steps[first] < start:
+            end_value = fit.get("end_value")
+            if not isinstance(end_value, (int, float)) or not math.isfinite(end_value) \
+                    or float(end_value) - float(values[first]) < least * (float(fit.get("end_step", end)) - steps[first]):
+                return False
+    steps, values = steps[first:], values[first:]
+    if steps.size < 2 or steps[-1] - steps[0] < POLICY.full_span_share * max(end - start, 1):
+        return False
+    return float(values[-1] - values[0]) >= least * float(steps[-1] - steps[0])
 
 
 def _held_to_full_collections(trend: TrendResult, series: Series, full: Series | None) -> TrendResult:
