@@ -734,9 +734,12 @@ _HINT_SPECIFICITY = {"objects_generic": 1, "python_container": 2, None: 3}
 
 
 def _culprit_rank(culprit: Culprit):
+    # The total of gc-tracked objects names no type to fix: after the
+    # memory series, whose bytes say what the leak costs.
+    total = str((culprit.details or {}).get("tag", "")).startswith("leak/gc/")
     return (
         -round(culprit.confidence * 20) / 20,
-        _KIND_ORDER.get(culprit.kind, 9),
+        _KIND_ORDER["series"] + 0.5 if total and culprit.kind == "object_type" else _KIND_ORDER.get(culprit.kind, 9),
         _HINT_SPECIFICITY.get(culprit.hint, 0),
         -abs(culprit.growth_per_step or 0.0) if culprit.unit != "bytes" else 0.0,
         culprit.name,
