@@ -18,6 +18,7 @@ five on 2 cores the pool's holder was named in 4 of 8 simulated runs and in
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -315,6 +316,29 @@ def loop_scratch_pool(logdir, seen):
     return monitor
 
 
+class Cleaner:
+    """Text normalisation memoised with ``functools.lru_cache(maxsize=None)``
+    on a method: strings to strings, a dict the collector does not track."""
+
+    def __init__(self):
+        self.normalize = functools.lru_cache(maxsize=None)(self._normalize)
+
+    def _normalize(self, text):
+        return " ".join(text.lower().split())
+
+
+def loop_lru_strings(logdir, seen):
+    cleaner = Cleaner()
+    monitor = Monitor(str(logdir), on_leak=seen.append)
+    for step in _steps(monitor, seen):
+        for i in range(16):  # sixteen new captions a step: the cache never hits
+            cleaner.normalize(f"A Caption  {step:07d} of Sample {i:02d}  Seen Once")
+        _pause()
+        monitor.sample(step)
+    monitor.close()
+    return monitor
+
+
 CASES = [
     (loop_local, "loop_local() local `history`"),
     (loop_global, "global `__main__.KEPT_GLOBAL`"),
@@ -327,6 +351,7 @@ CASES = [
     (loop_parser_buffer, "Parser.buf"),
     (loop_rebound_attribute, "Bank.rows"),
     (loop_scratch_pool, "Pool.all_values"),
+    (loop_lru_strings, "Cleaner.normalize"),
 ]
 
 

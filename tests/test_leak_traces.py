@@ -8,6 +8,7 @@ saved logdir (CLI JSON and text) and without leaving references behind."""
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import json
 import pathlib
@@ -63,6 +64,7 @@ CASES = [
     ("loop_parser_buffer", "Parser.buf"),
     ("loop_rebound_attribute", "Bank.rows"),
     ("loop_scratch_pool", "Pool.all_values"),
+    ("loop_lru_strings", "Cleaner.normalize"),
 ]
 LOOPS = pathlib.Path(__file__).with_name("leak_loops.py")
 
@@ -891,3 +893,43 @@ def test_a_type_let_go_at_close_is_held_by_the_container_gone_with_it():
     assert named, [c.name for c in report.culprits]
     held = (named[0].details or {}).get("held_by") or []
     assert held and "`worker`" in " → ".join(held[0]["path"]) and "_signals" in " → ".join(held[0]["path"]), held
+
+
+class _Vocabulary:
+    def __init__(self, materialized: bool):
+        self.index = {}  # str -> int: a dict the collector does not track
+        self.lookup = functools.lru_cache(maxsize=None)(str.lower)
+        self.recent = functools.lru_cache(maxsize=64)(str.upper)
+        if materialized:
+            self.__dict__  # (the instance's __dict__ made: then the values are one level down)
+
+    def add(self, word):
+        self.index.setdefault(word, len(self.index))
+        return self.lookup(word), self.recent(word)
+
+
+@pytest.mark.parametrize("materialized", [False, True])
+def test_dicts_the_collector_does_not_track_are_found_on_the_programs_objects(materialized):
+    """A memo of strings or numbers is a dict the collector does not track,
+    so no census lists it: it is found as an attribute of the program's
+    object, or as the cache of a memoised method (an lru_cache with no
+    maxsize), with the hops from that object; a bounded lru_cache cannot
+    accumulate and is not followed."""
+    from tb_leak_plugin.capture import online
+
+    vocab = _Vocabulary(materialized)
+    for i in range(40):
+        vocab.add(f"Word{i}")
+    assert not gc.is_tracked(vocab.index)
+    found, via = online._untracked_dicts([], [], [vocab])
+    by_id = {id(d): d for d in found}
+    paths = sorted(" → ".join(referrers.hop_text(h) for h in via[key][1]) for key in by_id)
+    assert paths == ["_Vocabulary.index", "_Vocabulary.lookup → _lru_cache_wrapper"], paths
+    assert all(via[key][0] is vocab and len(d) == 40 for key, d in by_id.items())
+    # A wrapper reached as a closure cell or held anywhere else: unbounded only.
+    assert [len(d) for d in online._untracked_dicts([vocab.lookup, vocab.recent], [])[0]] == [40]
+    assert online._lru_bounded(vocab.recent) and not online._lru_bounded(vocab.lookup)
+    # Too short to follow, or holding objects (tracked: the census lists it).
+    small = _Vocabulary(materialized)
+    small.add("one")
+    assert online._untracked_dicts([], [], [small]) == ([], {})

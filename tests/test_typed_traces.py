@@ -5,6 +5,7 @@ accumulate, and known library leaks.
 the report side reads traces as the monitor writes them.
 """
 
+import dataclasses
 import sys
 import json
 
@@ -126,6 +127,13 @@ def test_holder_key_is_the_accumulation_point_from_typed_hops():
     assert holders.holder_key(a) == holders.holder_key(b)
     merged = holders.merge_by_holder([a, b])
     assert merged == [a] and a.details["also"][0]["kind"] == "container"
+    # A built-in type held there is a part of the container: the container leads.
+    keys = Culprit("object_type", "builtins.tuple", 16.0, "objects", "", 1.0,
+                   details={"held_by": [{"path": [hop_text(h) for h in hops[:2]], "hops": hops[:2]}]})
+    memo = dataclasses.replace(b, details={k: v for k, v in b.details.items() if k != "also"})
+    assert holders.holder_key(keys) == holders.holder_key(memo)
+    merged = holders.merge_by_holder([keys, memo])
+    assert merged == [memo] and [a["name"] for a in memo.details["also"]] == ["builtins.tuple"]
 
 
 # ------------------------------------------------------------ library leaks

@@ -530,22 +530,33 @@ def holder_key(culprit):
 
 
 def merge_by_holder(culprits: list) -> list:
-    """One culprit per holder: the first of those whose first path starts at
-    the same root and hop keeps the others in ``details["also"]``."""
-    first: dict = {}
-    out = []
+    """One culprit per holder: of those whose first path starts at the same
+    root and hop, the first (highest ranked) keeps the others in
+    ``details["also"]``; except that a container leads a built-in type it
+    holds (a dict of a memo cache before the tuples that are its keys: the
+    accumulation point is what grows; a class, the program's or a
+    library's, is what accumulates and still leads its container)."""
+    groups: dict = {}
+    order = []
     for culprit in culprits:
         key = holder_key(culprit)
         if key is None:
-            out.append(culprit)
-            continue
-        lead = first.get(key)
-        if lead is None:
-            first[key] = culprit
-            out.append(culprit)
-            continue
-        lead.details.setdefault("also", []).append({
-            "kind": culprit.kind, "name": culprit.name, "growth_per_step": finite_or_none(culprit.growth_per_step),
-            "unit": culprit.unit,
-        })
+            order.append([culprit])
+        elif key in groups:
+            groups[key].append(culprit)
+        else:
+            groups[key] = [culprit]
+            order.append(groups[key])
+    out = []
+    for group in order:
+        lead = group[0]
+        if lead.kind == "object_type" and str(lead.name).startswith("builtins."):
+            lead = next((c for c in group if c.kind == "container"), lead)
+        for culprit in group:
+            if culprit is not lead:
+                lead.details.setdefault("also", []).append({
+                    "kind": culprit.kind, "name": culprit.name,
+                    "growth_per_step": finite_or_none(culprit.growth_per_step), "unit": culprit.unit,
+                })
+        out.append(lead)
     return out

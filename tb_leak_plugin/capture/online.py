@@ -40,6 +40,7 @@ from __future__ import annotations
 import array
 import collections
 import dataclasses
+import functools
 import gc
 import numpy as np
 import itertools
@@ -92,7 +93,12 @@ _CONTAINER_IDS = frozenset(map(id, _CONTAINER_SET))
 # arrays: a memo cache of arrays) is not in the census, so it is found
 # through what holds it: closure cells and the globals of the program's own
 # modules.
-_CELL_GROUP = frozenset((types.CellType,))
+# functools.lru_cache's wrapper (its C type; None where functools is pure Python:
+# then the cache dict is a closure's cell, already a holder).
+_LRU_WRAPPER = getattr(functools, "_lru_cache_wrapper", None)
+_LRU_WRAPPER = _LRU_WRAPPER if isinstance(_LRU_WRAPPER, type) else None
+# What may hold a dict the collector does not track: closure cells and lru_cache wrappers.
+_CELL_GROUP = frozenset(kind for kind in (types.CellType, _LRU_WRAPPER) if kind is not None)
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 _MEMORY_GROUPS = frozenset(("process", "python", "tf"))
 _CONTAINER_TYPES = (list, dict, set, collections.deque, collections.OrderedDict, collections.defaultdict)
@@ -278,6 +284,9 @@ class LeakWatch:
         self._walk_sizes: list = []    # [(key, bytes)] of this walk's buffers
         self._walk_buffers: list = []  # ... what a trace starts from (a buffer, or its object)
         self._walk_held: list = []     # ... and an object's buffer (None for the others)
+        # id(untracked dict) -> (the program's object holding it, hops from it) at this walk
+        self._walk_via: dict = {}
+        self._walk_untracked: list = []  # the untracked dicts followed at this walk (see _untracked_dicts)
         self._locals_analyses = 0
         self._rise_streak = 0         # walks in a row at which a census count rose
         self._baseline = None         # sorted keys (see _object_keys) of the objects at WATCH.baseline_walk
@@ -446,6 +455,7 @@ class LeakWatch:
         finally:
             self._fresh = None  # never holds the program's objects past the walk
             self._walk_sizes, self._walk_buffers, self._walk_held = [], [], []
+            self._walk_via, self._walk_untracked = {}, []
             self._walk_grown = []
             self._own = None  # (classes of the program: not kept past the walk)
         return time.perf_counter() - started
@@ -551,8 +561,12 @@ class LeakWatch:
                 if type(name) is str and not _is_library(name) and name.partition(".")[0] not in _STDLIB and (
                         name == "__main__" or not name.startswith((referrers._PACKAGE, "_"))):
                     own_globals.append(namespace)
-        containers = containers + _untracked_dicts(census.where_type_in(_CELL_GROUP), own_globals)
-        own_globals = None
+        owners = census.where_type_in(self._own if self._own is not None else _own_kinds(census))
+        untracked, self._walk_via = _untracked_dicts(census.where_type_in(_CELL_GROUP), own_globals,
+                                                     owners[:WATCH.max_buffer_owners])
+        containers = containers + untracked
+        self._walk_untracked = untracked  # (not in the census: a trace at this walk may want them)
+        own_globals = owners = untracked = None
         n = len(containers)
         all_ids = np.fromiter(map(id, containers), np.int64, n)
         all_lens = np.fromiter(map(_length, containers), np.int64, n)
@@ -751,16 +765,26 @@ class LeakWatch:
             chosen.sort(key=lambda item: -(item[1].history[-1][2] - item[1].history[0][2]) * _item_bytes(item[2]))
             del chosen[room:]
             self._container_traces += 1
-            objs = [obj for _key, _entry, obj in chosen]
-            result = referrers.trace(objs, **self._trace_limits(),
+            # A dict the collector does not track, held by the program's
+            # object: traced from that object, with the hops down to it known.
+            via = [self._walk_via.get(key) for key, _entry, _obj in chosen]
+            objs = [obj if found is None else found[0] for (_key, _entry, obj), found in zip(chosen, via)]
+            suffixes = [None if found is None else found[1] for found in via] if any(via) else None
+            result = referrers.trace(objs, **self._trace_limits(), suffixes=suffixes,
                                      exclude=_census_lists(census) + [pending, chosen] + pending + chosen,
                                      local_hops=self._locals_for(census), containers=True)
             objs = None
             self.trace_seconds += result.seconds
             by_signature = {h.signature: h for h in result.held_by}
             signatures = result.signatures or (None,) * len(chosen)
-            for (key, entry, obj), signature in zip(chosen, signatures):
+            for (key, entry, obj), signature, found in zip(chosen, signatures, via):
                 held = by_signature.get(signature) if signature is not None else None
+                if held is None and found is not None:
+                    # Its holder's root not reached in time: named from the
+                    # program's object that holds it, which is known.
+                    hops = [dict(hop) for hop in found[1]]
+                    held = referrers.HeldBy([referrers.hop_text(hop) for hop in hops], 1,
+                                            tuple(map(referrers.hop_text, hops)), hops)
                 if held is None and not result.complete:
                     continue  # cut short: tried again at a later walk
                 self._name_container(entry, obj, held, result, extra)
@@ -768,7 +792,7 @@ class LeakWatch:
                     self._containers.pop(key, None)
                     if len(self._ignored) < 4096:
                         self._ignored.add(key)
-            chosen = None
+            chosen = via = None
         finally:
             # Only the time past the walk's own deadline is overdrawn.
             self._overdraft_s -= max(0.0, time.perf_counter() - max(deadline, started)) / self.contention
@@ -1098,7 +1122,7 @@ class LeakWatch:
         if not growing:
             return
         gains = {k: g for g, k, _e in growing[:WATCH.followed_containers]}
-        objs = [obj for obj in self._containers_of(census) if id(obj) in gains]
+        objs = [obj for obj in self._containers_of(census) + self._walk_untracked if id(obj) in gains]
         if not objs:
             return
         # The containers whose new items carry the most bytes first: a list
@@ -1112,8 +1136,11 @@ class LeakWatch:
         for obj in objs:
             if self._left() < WATCH.min_trace_s:
                 break
-            result = referrers.trace([obj], **self._trace_limits(), exclude=exclude,
+            found = self._walk_via.get(id(obj))  # (an untracked dict: from the object holding it)
+            result = referrers.trace([obj if found is None else found[0]], **self._trace_limits(), exclude=exclude,
+                                     suffixes=None if found is None else [found[1]],
                                      local_hops=census.local_hops, containers=True)
+            found = None
             seconds += result.seconds
             traced += 1
             if result.held_by and result.held_by[0].signature not in result.own \
@@ -1251,21 +1278,81 @@ def _container_subclasses(census) -> frozenset:
     return frozenset(kinds)
 
 
-def _untracked_dicts(cells: list, namespaces: list) -> list:
+def _untracked_dicts(cells: list, namespaces: list, owners: list = ()) -> tuple[list, dict]:
     """Dicts of at least WATCH.min_container_length items that the collector does
-    not track, held by ``cells`` or by a global of ``namespaces`` (C passes:
-    the cells' contents in one call, the namespaces' values)."""
-    referents = gc.get_referents(*cells) if cells else []
+    not track (only atomic keys and values: a memo of strings or numbers),
+    held by ``cells`` (closure cells; lru_cache wrappers with no maxsize), by
+    a global of ``namespaces``, or by an attribute of ``owners`` (the
+    program's own objects; see _owned_dicts); and, for those an owner holds,
+    ``{id(dict): (owner, hops from the owner to it)}`` (C passes: the
+    holders' referents in one call, the namespaces' values)."""
+    holders = [cell for cell in cells if type(cell) is not _LRU_WRAPPER or not _lru_bounded(cell)]
+    referents = gc.get_referents(*holders) if holders else []
+    holders = None
     for namespace in namespaces:
         referents.extend(dict.values(namespace))
     kinds = np.fromiter(map(id, map(type, referents)), np.uintp, len(referents))
     dicts = [referents[i] for i in np.flatnonzero(kinds == id(dict)).tolist()]
     referents = kinds = None
-    found = {}
+    found, via = {}, {}
     for d in dicts:
         if not gc.is_tracked(d) and dict.__len__(d) >= WATCH.min_container_length:
             found[id(d)] = d
-    return list(found.values())
+    for owner in owners:
+        for d, hops in _owned_dicts(owner):
+            found[id(d)] = d
+            via[id(d)] = (owner, hops)
+    return list(found.values()), via
+
+
+def _untracked(value) -> bool:
+    return type(value) is dict and not gc.is_tracked(value) and dict.__len__(value) >= WATCH.min_container_length
+
+
+def _owned_dicts(owner) -> list:
+    """``(dict, hops)`` of the untracked dicts (see _untracked_dicts) an object
+    holds as an attribute, or as the cache of an lru_cache wrapper with no
+    maxsize that is one (a memoised method); the names are read only where
+    its referents (its attributes' values, or its ``__dict__``'s) hold one."""
+    try:
+        referents = gc.get_referents(owner)
+        inner = [d for d in referents if type(d) is dict and gc.is_tracked(d) and dict.__len__(d) <= 256]
+        values = referents + (gc.get_referents(*inner) if inner else [])
+        referents = inner = None
+        if not any(_untracked(v) or (type(v) is _LRU_WRAPPER and _LRU_WRAPPER is not None) for v in values):
+            return []
+        values = None
+        label = _name_of(type(owner))
+        namespace = referrers._instance_dict(owner)
+        out = []
+        for name, value in (list(dict.items(namespace)) if namespace is not None else []) + _slot_values(owner):
+            if type(name) is not str:
+                continue
+            hops = [{"kind": "attribute", "owner": label, "name": referrers.bound(name)}]
+            if _untracked(value):
+                out.append((value, hops))
+            elif _LRU_WRAPPER is not None and type(value) is _LRU_WRAPPER and not _lru_bounded(value):
+                out.extend((d, hops + [{"kind": "object", "owner": _name_of(_LRU_WRAPPER)}])
+                           for d in gc.get_referents(value) if _untracked(d))
+        return out
+    except Exception:
+        return []
+
+
+def _lru_bounded(wrapper) -> bool:
+    """Whether an lru_cache wrapper has a maxsize: it cannot accumulate (like a
+    deque with a maxlen). Read from the cell of the ``cache_parameters``
+    function functools sets on it; no code runs. Unknown: not bounded."""
+    namespace = referrers._instance_dict(wrapper)
+    params = dict.get(namespace, "cache_parameters") if namespace is not None else None
+    if type(params) is not types.FunctionType:
+        return False
+    try:
+        names, cells = params.__code__.co_freevars, params.__closure__ or ()
+        maxsize = cells[names.index("maxsize")].cell_contents
+    except (ValueError, IndexError):
+        return False
+    return type(maxsize) is int
 
 
 def _length(container) -> int:
