@@ -895,6 +895,68 @@ def test_a_type_let_go_at_close_is_held_by_the_container_gone_with_it():
     assert held and "`worker`" in " → ".join(held[0]["path"]) and "_signals" in " → ".join(held[0]["path"]), held
 
 
+class _ReadSimulator:
+    """Appends each read's error positions to a list nothing reads."""
+
+    def __init__(self):
+        self.all_errors = []
+
+
+def test_a_type_let_go_at_close_is_held_by_the_attribute_that_held_its_container():
+    """The same let-go leak in a run whose walks never read the function's
+    locals (a clean-looking run of three walks before close, held-out
+    s260's shape, opened): a simulator the training function holds appends
+    each read's error positions (a list) to ``all_errors``. The container
+    was seen growing at two walks, too few to be traced, and each walk
+    noted the attribute of the program's object that held it (no trace);
+    at close both are gone, and the lists are held by that attribute
+    (before: a trace at close sampled lists still alive and named a list
+    "held outside Python")."""
+    from tb_leak_plugin.capture.online import LeakWatch
+    from tb_leak_plugin.capture.probes import Census
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    watch = LeakWatch("run")
+    blocks = SeriesInfo("python", "allocated_blocks", "blocks")
+    lists = SeriesInfo("objects", "live_count", "count", "builtins.list")
+    written = []
+    other = [[i] for i in range(500)]  # the program's other lists, alive to the end
+
+    rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
+
+    def record(upto, start=0):
+        for step in range(start, upto + 1, 50):
+            watch.history.record(step, 1e9 + step, [(blocks, 1.4e6 + 24.0 * step + (step % 7)),
+                                                    (rss, 3.7e7 + 1600.0 * step + 4096 * (step % 3))])
+
+    def walk(step, objects, count, final=False):
+        watch.history.record(step, 1e9 + step, [(lists, float(count))])
+        census = Census(objects, None)
+        census.final = final
+        watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01,
+                         spare_s=0.0, advance_s=None if final else 0.0)
+        census.release()
+
+    def _run():
+        sim = _ReadSimulator()
+        record(0)
+        walk(0, [sim, sim.all_errors, *other], len(other) + 1)
+        for upto in (550, 1950):
+            sim.all_errors.extend([upto, i] for i in range(8 * (upto - len(sim.all_errors) // 8)))
+            record(upto, upto - 500)
+            walk(upto, [sim, *_with_items(sim.all_errors), *other], len(other) + 1 + len(sim.all_errors))
+
+    _run()
+    record(8000, 2000)
+    walk(8000, list(other), len(other), final=True)
+    report = watch.last_report
+    assert report.verdict == "leak", report.reason
+    named = [c for c in report.culprits[:3] if c.name == "builtins.list"]
+    assert named, [c.name for c in report.culprits]
+    held = (named[0].details or {}).get("held_by") or []
+    assert held and held[0]["path"][0] == "_ReadSimulator.all_errors", held
+
+
 class _Vocabulary:
     def __init__(self, materialized: bool):
         self.index = {}  # str -> int: a dict the collector does not track

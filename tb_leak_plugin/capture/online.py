@@ -188,7 +188,8 @@ class History:
 
 
 class _Container:
-    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info", "made", "seen", "item_bytes")
+    __slots__ = ("kind", "history", "grew", "path", "subject", "reported", "info", "made", "seen", "item_bytes",
+                 "owned")
 
     def __init__(self, kind, made: bool = False):
         self.kind = kind
@@ -207,6 +208,9 @@ class _Container:
         # yet; False: no local reached it.
         self.seen: tuple | bool | None = None
         self.item_bytes = 0.0
+        # (hops, step): the attribute of the program's object that held it
+        # when it last grew (see LeakWatch._note_owners); None: none seen.
+        self.owned: tuple | None = None
 
 
 class LeakWatch:
@@ -566,7 +570,7 @@ class LeakWatch:
                                                      owners[:WATCH.max_buffer_owners])
         containers = containers + untracked
         self._walk_untracked = untracked  # (not in the census: a trace at this walk may want them)
-        own_globals = owners = untracked = None
+        own_globals = untracked = None
         n = len(containers)
         all_ids = np.fromiter(map(id, containers), np.int64, n)
         all_lens = np.fromiter(map(_length, containers), np.int64, n)
@@ -594,7 +598,7 @@ class LeakWatch:
             if obj is None or type(obj) is not entry.kind:
                 if entry.reported and entry.subject:
                     extra.append((entry.info, 0.0))
-                elif entry.seen and entry.grew >= 1 + entry.made and _per_step(entry) \
+                elif (entry.seen or entry.owned) and entry.grew >= 1 + entry.made and _per_step(entry) \
                         and not _listed(every, key):
                     self._keep_gone(entry)
                 del self._containers[key]
@@ -672,6 +676,8 @@ class LeakWatch:
                 room -= 1
                 if not entry.made and _per_step(entry):
                     self._walk_grown.append((entry, containers[big[index]]))
+        self._note_owners(owners[:WATCH.max_buffer_owners], step, containers, big, find)
+        owners = None
         turn = self._walks % 2
         self._container_ids, self._container_lengths = self._kept_big.keep(turn, ids, lens)
         self._container_all, = self._kept_all.keep(turn, every)
@@ -679,6 +685,47 @@ class LeakWatch:
         self._last_step, self._last_wall = step, wall_time
         containers = None
         return extra
+
+    def _note_owners(self, owners: list, step: int, containers: list, big, find) -> None:
+        """Note, on each followed container that grew at this walk, the
+        attribute of the program's object that holds it (no pass of the
+        heap: the referents of at most WATCH.max_buffer_owners objects, as for
+        their buffers). A container the training function's object holds
+        (``simulator.all_errors``) is gone at the last walk, after the
+        function returned, and a short run's walks may have had no budget for
+        a trace while it grew: at the last walk, the attribute is its holder
+        (see _name_gone)."""
+        grown = {}
+        for key, entry in self._containers.items():
+            if entry.reported or entry.grew < 1 + entry.made:
+                continue
+            via = self._walk_via.get(key)
+            index = find(key)
+            obj = containers[big[index]] if index is not None else None
+            if via is not None and obj is not None:
+                entry.owned = (_bounded_hops(via[1] + [_container_hop(_name_of(entry.kind), _item_kind(obj))]), step)
+                entry.item_bytes = _item_bytes(obj)
+            elif obj is not None:
+                grown[key] = (entry, obj)
+        if not grown or not owners:
+            return
+        for owner in owners:
+            try:
+                referents = gc.get_referents(owner)
+                inner = [d for d in referents if type(d) is dict and dict.__len__(d) <= 256 and id(d) not in grown]
+                hits = [r for r in referents + (gc.get_referents(*inner) if inner else []) if id(r) in grown]
+                referents = inner = None
+                for obj in hits:
+                    entry = grown[id(obj)][0]
+                    hops = _attribute_hops(owner, obj)
+                    if hops and hops[0].get("kind") == "attribute":
+                        entry.owned = (_bounded_hops(hops + [_container_hop(_name_of(entry.kind), _item_kind(obj))]),
+                                       step)
+                        entry.item_bytes = _item_bytes(obj)
+                hits = None
+            except Exception:
+                continue
+        grown = None
 
     def _locals_for(self, census):
         """The running functions' locals a trace at this walk may start from:
@@ -1081,14 +1128,16 @@ class LeakWatch:
         if not self._gone or any(e.grew >= 1 + e.made and _per_step(e) for e in self._containers.values()):
             return False
         gone = sorted(self._gone, key=lambda e: -_items_grown(e)[0] * e.item_bytes)[:3]
-        entries = [{"path": [referrers.hop_text(h) for h in e.seen[0]], "hops": e.seen[0], "sampled": 1,
+        # Seen from a local while it grew, else from the object holding it.
+        seen = [e.seen if e.seen else e.owned for e in gone]
+        entries = [{"path": [referrers.hop_text(h) for h in hops], "hops": hops, "sampled": 1,
                     "instances": _items_grown(e)[0], "items_per_step": round(_items_grown(e)[1], 4),
                     "item_bytes": round(e.item_bytes, 1)}
-                   for e in gone]
+                   for e, (hops, _step) in zip(gone, seen)]
         self._traced[key] = (self._walks, 0)
         detail = {"format": HELD_BY_FORMAT,
                   "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
-                  "step": int(min(e.seen[1] for e in gone)), "live": None, "new": None,
+                  "step": int(min(at for _hops, at in seen)), "live": None, "new": None,
                   "new_since_step": None, "traced": len(entries), "found": len(entries), "seconds": 0.0,
                   "complete": True, "containers": True, "held_by": entries}
         self._write_trace(key, detail, step, wall_time, len(entries), write)
