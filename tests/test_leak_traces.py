@@ -842,6 +842,39 @@ def _with_items(container):
     return [container, *container]
 
 
+class _WatchRun:
+    """Feeds a LeakWatch as the monitor would: memory series every 50 steps
+    (Python's blocks and RSS growing at the given rates, with page-sized
+    noise), and heap walks of the given objects with a type's count."""
+
+    def __init__(self, counted, blocks_rate, rss_rate):
+        from tb_leak_plugin.capture.online import LeakWatch
+        from tb_leak_plugin.metadata import SeriesInfo
+
+        self.watch = LeakWatch("run")
+        self.counted = counted
+        self.blocks = SeriesInfo("python", "allocated_blocks", "blocks")
+        self.rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
+        self.rates = blocks_rate, rss_rate
+        self.written = []
+
+    def record(self, upto, start=0):
+        for step in range(start, upto + 1, 50):
+            self.watch.history.record(step, 1e9 + step, [
+                (self.blocks, 1.4e6 + self.rates[0] * step + (step % 7)),
+                (self.rss, 3.7e7 + self.rates[1] * step + 4096 * (step % 3))])
+
+    def walk(self, step, objects, count, final=False, local_hops=None):
+        from tb_leak_plugin.capture.probes import Census
+
+        self.watch.history.record(step, 1e9 + step, [(self.counted, float(count))])
+        census = Census(objects, local_hops)
+        census.final = final
+        self.watch.after_walk(step, 1e9 + step, census, lambda *a: self.written.append(a), walk_s=0.01,
+                              spare_s=0.0, advance_s=None if final else 0.0)
+        census.release()
+
+
 def test_a_type_let_go_at_close_is_held_by_the_container_gone_with_it():
     """A training function's local context keeps one listener a step in
     ``_signals['disconnect']``, a list no one prunes (held-out s196's shape,
@@ -851,28 +884,11 @@ def test_a_type_let_go_at_close_is_held_by_the_container_gone_with_it():
     of them now finds none: they are named as held by the list that went
     with them, by the path it was seen by while it grew (before, their
     trace at close was empty and no culprit named a holder)."""
-    from tb_leak_plugin.capture.online import LeakWatch
-    from tb_leak_plugin.capture.probes import Census, type_name
+    from tb_leak_plugin.capture.probes import type_name
     from tb_leak_plugin.metadata import SeriesInfo
 
-    watch = LeakWatch("run")
-    blocks = SeriesInfo("python", "allocated_blocks", "blocks")
-    rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
-    listeners_info = SeriesInfo("objects", "live_count", "count", type_name(_Listener))
-    written = []
-
-    def record(upto, start=0):
-        for step in range(start, upto + 1, 50):
-            watch.history.record(step, 1e9 + step, [(blocks, 1.4e6 + 8.0 * step + (step % 7)),
-                                                    (rss, 3.7e7 + 1450.0 * step + 4096 * (step % 3))])
-
-    def walk(step, objects, count, final=False, local_hops=None):
-        watch.history.record(step, 1e9 + step, [(listeners_info, float(count))])
-        census = Census(objects, local_hops)
-        census.final = final
-        watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01,
-                         spare_s=0.0, advance_s=None if final else 0.0)
-        census.release()
+    run = _WatchRun(SeriesInfo("objects", "live_count", "count", type_name(_Listener)), 8.0, 1450.0)
+    watch, record, walk = run.watch, run.record, run.walk
 
     def _train():
         worker = _RemoteContext()
@@ -912,30 +928,11 @@ def test_a_type_let_go_at_close_is_held_by_the_attribute_that_held_its_container
     at close both are gone, and the lists are held by that attribute
     (before: a trace at close sampled lists still alive and named a list
     "held outside Python")."""
-    from tb_leak_plugin.capture.online import LeakWatch
-    from tb_leak_plugin.capture.probes import Census
     from tb_leak_plugin.metadata import SeriesInfo
 
-    watch = LeakWatch("run")
-    blocks = SeriesInfo("python", "allocated_blocks", "blocks")
-    lists = SeriesInfo("objects", "live_count", "count", "builtins.list")
-    written = []
+    run = _WatchRun(SeriesInfo("objects", "live_count", "count", "builtins.list"), 24.0, 1600.0)
+    watch, record, walk = run.watch, run.record, run.walk
     other = [[i] for i in range(500)]  # the program's other lists, alive to the end
-
-    rss = SeriesInfo("process", "rss_anon_bytes", "bytes")
-
-    def record(upto, start=0):
-        for step in range(start, upto + 1, 50):
-            watch.history.record(step, 1e9 + step, [(blocks, 1.4e6 + 24.0 * step + (step % 7)),
-                                                    (rss, 3.7e7 + 1600.0 * step + 4096 * (step % 3))])
-
-    def walk(step, objects, count, final=False):
-        watch.history.record(step, 1e9 + step, [(lists, float(count))])
-        census = Census(objects, None)
-        census.final = final
-        watch.after_walk(step, 1e9 + step, census, lambda *a: written.append(a), walk_s=0.01,
-                         spare_s=0.0, advance_s=None if final else 0.0)
-        census.release()
 
     def _run():
         sim = _ReadSimulator()
