@@ -954,6 +954,46 @@ def test_a_type_let_go_at_close_is_held_by_the_attribute_that_held_its_container
     assert held and held[0]["path"][0] == "_ReadSimulator.all_errors", held
 
 
+class _SiteMasks:
+    """Memoises a 192 KiB boolean mask per genome window, keyed by a tuple."""
+
+    def __init__(self):
+        self.masks = {}
+
+    def locate(self, window):
+        import numpy as np
+
+        key = ("2L", window)
+        if key not in self.masks:
+            self.masks[key] = np.zeros(196_608, bool)
+        return self.masks[key]
+
+
+def test_a_container_of_large_items_added_now_and_then_holds_the_memory_growth():
+    """A cache that keeps a 192 KiB mask every 20 steps grows by 0.05 items
+    a step, under the 0.2 a container of small items must add to be named
+    (held-out s279's shape, opened), while memory grows 9.6 KiB a step: what
+    a container's growth costs is its items' bytes, and it is named as the
+    holder of the memory growth (before: no holder)."""
+    from tb_leak_plugin.capture.probes import type_name
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    run = _WatchRun(SeriesInfo("objects", "live_count", "count", type_name(_SiteMasks)), 0.1, 9830.0)
+    sim = _SiteMasks()
+    run.record(0)
+    run.walk(0, [sim, sim.masks], 1)
+    for upto in (1000, 2000, 3000, 4000):
+        for window in range(upto // 20 - 50, upto // 20):
+            sim.locate(window)
+        run.record(upto, upto - 950)
+        run.walk(upto, [sim, sim.masks], 1, final=upto == 4000)
+    report = run.watch.last_report
+    assert report.verdict == "leak", report.reason
+    paths = [" → ".join(h["path"]) for c in report.culprits[:3] for h in (c.details or {}).get("held_by") or []]
+    paths += [c.name for c in report.culprits[:3] if c.kind == "container"]
+    assert any("_SiteMasks.masks" in p for p in paths), (paths, [c.name for c in report.culprits])
+
+
 class _Vocabulary:
     def __init__(self, materialized: bool):
         self.index = {}  # str -> int: a dict the collector does not track

@@ -607,6 +607,8 @@ class LeakWatch:
             last = entry.history[-1][2]
             entry.grew = entry.grew + 1 if length > last else 0
             entry.history.append((step, wall_time, length))
+            if length > last:
+                entry.item_bytes = _item_bytes(obj)  # (what its growth costs: see _per_step)
             if entry.seen is None and not entry.reported and entry.grew >= 1 + entry.made and _per_step(entry):
                 self._walk_grown.append((entry, obj))
             if not entry.reported and entry.grew == 0:
@@ -672,6 +674,7 @@ class LeakWatch:
                 entry.history = [(self._last_step, self._last_wall, int(before[index])),
                                  (step, wall_time, int(lens[index]))]
                 entry.grew = 1
+                entry.item_bytes = _item_bytes(containers[big[index]])
                 self._containers[key] = entry
                 room -= 1
                 if not entry.made and _per_step(entry):
@@ -1992,7 +1995,8 @@ def _bounded(container) -> bool:
 
 def _per_step(entry) -> bool:
     """Whether a container grew by ``WATCH.min_items_per_step`` a step over
-    the walks that saw it. One made since the walk before it was first seen
+    the walks that saw it, or by items of ``WATCH.min_bytes_per_step`` a step
+    (its newest items' size, ``entry.item_bytes``). One made since the walk before it was first seen
     counts from that first sighting: its length then is not a growth (a dict
     of 967 entries made between the first two walks, one more at the third
     4,000 steps later, read as 0.2 items a step from empty, was named as the
@@ -2002,7 +2006,8 @@ def _per_step(entry) -> bool:
         return False
     (first_step, _w, first), (last_step, _w2, last) = history[0], history[-1]
     steps = last_step - first_step
-    return steps > 0 and last - first >= WATCH.min_items_per_step * steps
+    return steps > 0 and (last - first >= WATCH.min_items_per_step * steps
+                          or (last - first) * entry.item_bytes >= WATCH.min_bytes_per_step * steps)
 
 
 def _listed(sorted_ids: np.ndarray, key: int) -> bool:
