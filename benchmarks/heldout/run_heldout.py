@@ -244,7 +244,7 @@ def main(argv=None):
                                         "holdout7", "holdout8", "holdout9", "holdout10", "holdout11", "holdout12",
                                         "holdout13", "holdout14", "holdout15", "holdout16", "holdout17",
                                         "holdout18", "holdout19", "holdout20", "holdout21", "holdout22", "holdout23",
-                                        "holdout24", "all"),
+                                        "holdout24", "holdout25", "all"),
                     default="all")
     ap.add_argument("--logdir", default=None, help="where the runs go (default: a new temp dir, kept)")
     ap.add_argument("--only", default=None, help="run only scenarios whose name contains this (or matches this regex)")
@@ -318,7 +318,7 @@ def main(argv=None):
     for label in ("tune", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6",
                   "holdout7", "holdout8", "holdout9", "holdout10", "holdout11", "holdout12",
                   "holdout13", "holdout14", "holdout15", "holdout16", "holdout17", "holdout18",
-                  "holdout19", "holdout20", "holdout21", "holdout22", "holdout23", "holdout24"):
+                  "holdout19", "holdout20", "holdout21", "holdout22", "holdout23", "holdout24", "holdout25"):
         sub = [r for r in rows if r["slice"] == label]
         if sub:
             totals[label] = _totals(sub)
