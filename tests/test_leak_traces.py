@@ -994,6 +994,43 @@ def test_a_container_of_large_items_added_now_and_then_holds_the_memory_growth()
     assert any("_SiteMasks.masks" in p for p in paths), (paths, [c.name for c in report.culprits])
 
 
+class _NDJSONWriter:
+    """Stages each record in one bytearray until ``flush()``."""
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def flush(self):
+        del self._buf[:]
+
+
+def test_memory_let_go_at_close_is_held_by_the_buffer_an_object_emptied():
+    """A writer stages every record in one bytearray and flushes it only
+    when the job ends (held-out s289's shape, opened): memory grows 1.2 KiB
+    a step, no object or container does, and at close the buffer is empty.
+    The walks before saw the buffer grow as the writer's attribute; emptied
+    at the last walk, it is named as the holder of the memory growth
+    (before: no holder)."""
+    from tb_leak_plugin.capture.probes import type_name
+    from tb_leak_plugin.metadata import SeriesInfo
+
+    run = _WatchRun(SeriesInfo("objects", "live_count", "count", type_name(_NDJSONWriter)), 0.1, 1230.0)
+    writer = _NDJSONWriter()
+    run.record(0)
+    run.walk(0, [writer], 1)
+    for upto in (1000, 2000, 3000, 4000):
+        writer._buf += bytes(1230 * 1000)
+        run.record(upto, upto - 950)
+        run.walk(upto, [writer], 1)
+    writer.flush()
+    run.record(5000, 4050)
+    run.walk(5000, [writer], 1, final=True)
+    report = run.watch.last_report
+    assert report.verdict == "leak", report.reason
+    paths = [" → ".join(h["path"]) for c in report.culprits[:3] for h in (c.details or {}).get("held_by") or []]
+    assert any(p.startswith("_NDJSONWriter._buf") for p in paths), (paths, [c.name for c in report.culprits])
+
+
 class _Vocabulary:
     def __init__(self, materialized: bool):
         self.index = {}  # str -> int: a dict the collector does not track

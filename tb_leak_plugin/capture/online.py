@@ -277,6 +277,11 @@ class LeakWatch:
         # objects (see _buffers) at the walk before, and at this one; and this
         # walk's buffers themselves (dropped when the walk ends).
         self._buffer_history: dict = {}  # key -> (first, last, growths in a row, first step) (see _note_sizes)
+        # An object's growing buffer -> its hops from the object (see _read_buffers) ...
+        self._buffer_hops: dict = {}
+        # ... and those gone or emptied since the walk before, having grown at
+        # each of the walks before: key -> (hops, bytes grown, step first seen, steps seen)
+        self._buffers_gone: dict = {}
         # The program's classes' buffers by owner class at the last walk and
         # at this one: id(class) -> (bytes, ids of the owners) (see _owner_classes).
         self._owners_before: dict = {}
@@ -1036,17 +1041,46 @@ class LeakWatch:
         walk's (the watch's share of the walks' cost is not spent on them)."""
         started = time.perf_counter()
         found = _buffers(census.local_hops, census, self._own)
+        # An object's buffer that grew at the walk before: how it is held (see _note_buffers_gone).
+        found_hops = {key: (target, buffer) for key, _size, target, buffer in found
+                      if key[0] == "object" and buffer is not None and self._buffer_history.get(key, (0, 0, 0))[2] >= 1}
         self._walk_sizes = [(key, size) for key, size, _target, _buffer in found]
         self._walk_buffers = [target for _key, _size, target, _buffer in found]
         self._walk_held = [buffer for _key, _size, _target, buffer in found]
         found = None
+        before = self._buffer_history
         self._buffer_history = _note_sizes(self._buffer_history, self._walk_sizes, step)
+        self._note_buffers_gone(before, found_hops, step)
         self._owners_before = self._owners_now
         self._owners_now = _owner_classes(self._walk_sizes, self._walk_buffers)
         self._owner_totals = _note_sizes(self._owner_totals,
                                          [(kind, total) for kind, (total, _owners) in self._owners_now.items()],
                                          step)
         self._walk_seconds += time.perf_counter() - started
+
+    def _note_buffers_gone(self, before: dict, found: dict, step) -> None:
+        """Keep the hops of the objects' buffers that keep growing (``found``:
+        key -> (object, buffer)), and note those gone or emptied at this walk
+        after growing at each of the WATCH.buffer_growth_walks before it: a
+        writer's staging buffer flushed, or freed with the loop's function,
+        at close is what held the memory that grew (see _name_gone)."""
+        for key, (owner, buffer) in found.items():
+            hops = _attribute_hops(owner, buffer)
+            if hops and hops[0].get("kind") == "attribute":
+                self._buffer_hops[key] = hops + [{"kind": "object", "owner": _name_of(type(buffer))}]
+        now = self._buffer_history
+        for key in [k for k in self._buffer_hops if k not in before and k not in now]:
+            del self._buffer_hops[key]
+        found = None
+        for key, (first, last, streak, seen) in before.items():
+            hops = self._buffer_hops.get(key)
+            if hops is None or streak < WATCH.buffer_growth_walks:
+                continue
+            size = now[key][1] if key in now else 0
+            if size < last / 2:
+                self._buffers_gone[key] = (hops, float(last - first), seen, step)
+                if len(self._buffers_gone) > WATCH.max_containers:
+                    del self._buffers_gone[min(self._buffers_gone, key=lambda k: self._buffers_gone[k][1])]
 
     def _read_locals_now(self, step=None) -> None:
         """The running functions' local buffers, read for the first time at
@@ -1128,7 +1162,9 @@ class LeakWatch:
         none alive grows, are what the training function held, seen from its
         locals while they grew (see _seen_from_locals); named as the
         culprit's holders. Whether any was."""
-        if not self._gone or any(e.grew >= 1 + e.made and _per_step(e) for e in self._containers.values()):
+        buffers = [item for item in self._buffers_gone.values() if item[3] == step]  # (gone at this walk)
+        if not (self._gone or buffers) \
+                or any(e.grew >= 1 + e.made and _per_step(e) for e in self._containers.values()):
             return False
         gone = sorted(self._gone, key=lambda e: -_items_grown(e)[0] * e.item_bytes)[:3]
         # Seen from a local while it grew, else from the object holding it.
@@ -1137,6 +1173,13 @@ class LeakWatch:
                     "instances": _items_grown(e)[0], "items_per_step": round(_items_grown(e)[1], 4),
                     "item_bytes": round(e.item_bytes, 1)}
                    for e, (hops, _step) in zip(gone, seen)]
+        # An object's buffer emptied or gone at this walk after growing: by its attribute.
+        buffers.sort(key=lambda item: -item[1])
+        entries = sorted(entries + [{"path": [referrers.hop_text(h) for h in hops], "hops": hops, "sampled": 1,
+                                     "instances": 1, "bytes_grown": round(grown)}
+                                    for hops, grown, _seen, _at in buffers[:3]],
+                         key=lambda e: -(e.get("bytes_grown") or e["instances"] * e.get("item_bytes", 0)))[:3]
+        seen = seen + [(None, at if at is not None else step) for _h, _g, at, _s in buffers[:3]]
         self._traced[key] = (self._walks, 0)
         detail = {"format": HELD_BY_FORMAT,
                   "culprit": {"kind": referrers.bound(culprit.kind), "name": referrers.bound(culprit.name)},
@@ -1161,7 +1204,7 @@ class LeakWatch:
         """Memory grows and no traced type explains it: name the containers
         that grew at every walk (``kept.append(bytes(...))``) as its holders."""
         key = f"{culprit.kind}:{culprit.name}"
-        if key in self._traced or not (self._containers or self._gone):
+        if key in self._traced or not (self._containers or self._gone or self._buffers_gone):
             return
         if census.final and self._name_gone(culprit, key, step, wall_time, write):
             return
