@@ -363,6 +363,16 @@ class WatchPolicy:
     # (with half the growth since first seen): one walk's gain is also what a
     # pool of a fixed size shows when it is refilled.
     buffer_growth_walks: int = 2
+    # A buffer that grew so and is, at the last walk, under this share of its
+    # size at the walk before (or gone) was emptied or freed at close: it held
+    # what grew (a writer's staging buffer flushed only when the job ends);
+    # the same "more than half way back" a series' fall at its end is read by.
+    buffer_emptied_share: float = 0.5
+    # An object's attribute that is a dict of at most this many entries is
+    # read as part of the object (an instance's ``__dict__``, a dict of named
+    # buffers): bounded reading per object at each walk; a larger dict is a
+    # container, followed by its length instead.
+    small_dict_items: int = 256
     # The same for one object that grows in place or is re-bound to a bigger one
     # in an attribute of one of the program's own objects or a global of its own
     # modules (a parser's bytearray extended by every chunk received, a memory

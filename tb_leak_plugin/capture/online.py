@@ -720,7 +720,7 @@ class LeakWatch:
         for owner in owners:
             try:
                 referents = gc.get_referents(owner)
-                inner = [d for d in referents if type(d) is dict and dict.__len__(d) <= 256 and id(d) not in grown]
+                inner = [d for d in referents if type(d) is dict and dict.__len__(d) <= WATCH.small_dict_items and id(d) not in grown]
                 hits = [r for r in referents + (gc.get_referents(*inner) if inner else []) if id(r) in grown]
                 referents = inner = None
                 for obj in hits:
@@ -1077,7 +1077,7 @@ class LeakWatch:
             if hops is None or streak < WATCH.buffer_growth_walks:
                 continue
             size = now[key][1] if key in now else 0
-            if size < last / 2:
+            if size < WATCH.buffer_emptied_share * last:
                 self._buffers_gone[key] = (hops, float(last - first), seen, step)
                 if len(self._buffers_gone) > WATCH.max_containers:
                     del self._buffers_gone[min(self._buffers_gone, key=lambda k: self._buffers_gone[k][1])]
@@ -1411,7 +1411,7 @@ def _owned_dicts(owner) -> list:
     its referents (its attributes' values, or its ``__dict__``'s) hold one."""
     try:
         referents = gc.get_referents(owner)
-        inner = [d for d in referents if type(d) is dict and gc.is_tracked(d) and dict.__len__(d) <= 256]
+        inner = [d for d in referents if type(d) is dict and gc.is_tracked(d) and dict.__len__(d) <= WATCH.small_dict_items]
         values = referents + (gc.get_referents(*inner) if inner else [])
         referents = inner = None
         if not any(_untracked(v) or (type(v) is _LRU_WRAPPER and _LRU_WRAPPER is not None) for v in values):
@@ -1672,7 +1672,7 @@ def _holds_buffer(value, kinds, floor, depth: int = 2) -> bool:
     ``depth`` dicts down (copied first: another thread may change them)."""
     if kinds.size(value) >= floor:
         return True
-    if depth and type(value) is dict and dict.__len__(value) <= 256:
+    if depth and type(value) is dict and dict.__len__(value) <= WATCH.small_dict_items:
         return any(_holds_buffer(item, kinds, floor, depth - 1) for item in list(dict.values(value)))
     return False
 
@@ -1691,7 +1691,7 @@ def _named_buffers(owner, kinds, floor) -> list:
         size = kinds.size(value)
         if size >= floor:
             out.append(((key,), size, value))
-        elif type(value) is dict and dict.__len__(value) <= 256:
+        elif type(value) is dict and dict.__len__(value) <= WATCH.small_dict_items:
             for entry, item in list(dict.items(value)):
                 size = kinds.size(item)
                 if size >= floor and _name_key(entry) is not None:
@@ -1762,7 +1762,7 @@ def _attribute_hops(owner, buffer) -> list:
         if value is buffer and type(key) is str:
             return [{"kind": "attribute", "owner": label, "name": referrers.bound(key)}]
     for key, value in items:
-        if type(value) is dict and type(key) is str and dict.__len__(value) <= 256:
+        if type(value) is dict and type(key) is str and dict.__len__(value) <= WATCH.small_dict_items:
             for entry, item in list(dict.items(value)):
                 if item is buffer:
                     text = referrers.bound(entry if type(entry) is str else type(entry).__name__)
